@@ -1,0 +1,88 @@
+"""Which compute path this machine takes, decided once before MLX is first imported.
+
+On Apple Silicon MLX runs on Metal and 4-bit weights are the fast path. On Linux CPU the
+``mlx[cpu]`` wheel ships the reference BLAS (about 5 GFLOP/s here); loading OpenBLAS with
+global symbol visibility *before* ``mlx.core`` is imported routes MLX's sgemm calls to it
+(about 190 GFLOP/s), and with it float32 weights beat MLX's 4-bit CPU kernels ~25x at
+prefill (``shared/MODELS.md`` section 3).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import sys
+from dataclasses import dataclass
+
+OPENBLAS_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
+    "/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0",
+    "/usr/lib64/libopenblas.so.0",
+    "/usr/lib/libopenblas.so.0",
+)
+OPENBLAS_INSTALL_HINT = (
+    "install OpenBLAS for ~25x faster prefill: `apt-get install libopenblas0-pthread` "
+    "(Debian/Ubuntu, as root) or your distribution's OpenBLAS package"
+)
+
+
+@dataclass(frozen=True)
+class ComputePath:
+    """What the engines do on this machine, shown at start and in ``/health``."""
+
+    device: str  # "metal" or "cpu"
+    blas: str  # "accelerate", "openblas:<path>" or "reference"
+    weights: str  # "4bit" (as imported) or "float32" (dequantized at load)
+    note: str
+
+    @property
+    def dequantize(self) -> bool:
+        return self.weights == "float32"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"device": self.device, "blas": self.blas, "weights": self.weights, "note": self.note}
+
+
+_chosen: ComputePath | None = None
+
+
+def _is_apple_silicon() -> bool:
+    return sys.platform == "darwin" and platform.machine() == "arm64"
+
+
+def _load_openblas() -> str | None:
+    if "mlx.core" in sys.modules:
+        # Too late: MLX has already bound its BLAS symbols.
+        return None
+    override = os.environ.get("GATEWAY_OPENBLAS")
+    for path in ((override,) if override else OPENBLAS_CANDIDATES):
+        if path and os.path.exists(path):
+            try:
+                ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
+            except OSError:
+                continue
+            return path
+    return None
+
+
+def choose_compute_path(weights: str = "auto") -> ComputePath:
+    """Decide (once per process) and prepare the compute path; call before importing MLX.
+
+    ``weights`` is "auto", "4bit" or "float32"; "auto" picks the fast one for this machine.
+    """
+    global _chosen
+    if _chosen is not None:
+        return _chosen
+    if _is_apple_silicon():
+        chosen = "4bit" if weights == "auto" else weights
+        _chosen = ComputePath("metal", "accelerate", chosen, "Apple Silicon: Metal")
+        return _chosen
+    blas_path = _load_openblas()
+    if blas_path:
+        chosen = "float32" if weights == "auto" else weights
+        _chosen = ComputePath("cpu", f"openblas:{blas_path}", chosen, "Linux CPU with OpenBLAS")
+    else:
+        chosen = "4bit" if weights == "auto" else weights
+        _chosen = ComputePath("cpu", "reference", chosen, f"slow path: {OPENBLAS_INSTALL_HINT}")
+    return _chosen

@@ -1,0 +1,173 @@
+"""The MLX engine: an mlx-lm model folder behind the gateway's engine interface.
+
+Token generation is mlx-lm's own ``generate_step`` (its prefill, KV cache and pipelined
+decode); this module adds what a server needs around it: per-job samplers, stop strings,
+usage counts and the cache state left behind for reuse.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from gateway.engines.base import ChatMessage, GenerationEvent, KVCache, PromptState, SamplingParams
+from gateway.engines.device import ComputePath
+
+log = logging.getLogger(__name__)
+
+# Pre-prefill work is split into chunks so that it can be cancelled or preempted between them.
+PREFILL_CHUNK_TOKENS = 512
+
+
+class MLXGeneration:
+    """One running generation: iterate it for events; ``state`` is set once it has ended."""
+
+    def __init__(
+        self, engine: MLXEngine, prompt: Sequence[int], params: SamplingParams, state: PromptState | None
+    ) -> None:
+        self.prompt = list(prompt)
+        self.cached_tokens = len(state.tokens) if state else 0
+        self.state: PromptState | None = None
+        self._events = engine._run(self, params, state)
+
+    def __iter__(self) -> Iterator[GenerationEvent]:
+        return self._events
+
+    def __next__(self) -> GenerationEvent:
+        return next(self._events)
+
+    def close(self) -> None:
+        self._events.close()
+
+
+class MLXEngine:
+    """A loaded mlx-lm model. All methods run on the scheduler's inference thread."""
+
+    def __init__(self, model_id: str, folder: Path, compute: ComputePath) -> None:
+        import mlx.core as mx
+        from mlx_lm import load
+        from mlx_lm.utils import dequantize_model
+
+        self.model_id = model_id
+        self.compute = compute
+        self.model, self.tokenizer, config = load(str(folder), return_config=True)
+        if compute.dequantize:
+            # Dequantized weights come out float16 (the GGUF scales are float16), and MLX's
+            # CPU float16 matmul bypasses BLAS: float32 is what makes OpenBLAS do the work.
+            dequantize_model(self.model)
+            self.model.set_dtype(mx.float32)
+            mx.eval(self.model.parameters())
+        if compute.device == "metal":
+            from mlx_lm.utils import maybe_set_recommended_wired_limit
+
+            maybe_set_recommended_wired_limit()
+        self.context_length = int(config.get("max_position_embeddings", 2048))
+        self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
+        log.info("engine %s ready on %s", model_id, compute.as_dict())
+
+    # -- prompts -----------------------------------------------------------------------------
+
+    def render_chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        rendered = self.tokenizer.apply_chat_template(
+            list(messages),
+            tools=list(tools) if tools else None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=True,
+        )
+        if isinstance(rendered, dict):  # some transformers versions return a BatchEncoding
+            rendered = rendered["input_ids"]
+        return [int(t) for t in rendered]
+
+    def encode(self, text: str) -> list[int]:
+        return [int(t) for t in self.tokenizer.encode(text, add_special_tokens=False)]
+
+    # -- caches ------------------------------------------------------------------------------
+
+    def new_cache(self) -> KVCache:
+        from mlx_lm.models.cache import make_prompt_cache
+
+        return make_prompt_cache(self.model)
+
+    def prefill(self, tokens: Sequence[int], cache: KVCache) -> Iterator[int]:
+        import mlx.core as mx
+
+        done = 0
+        while done < len(tokens):
+            chunk = tokens[done : done + PREFILL_CHUNK_TOKENS]
+            self.model(mx.array(chunk)[None], cache=cache)
+            mx.eval([c.state for c in cache])
+            done += len(chunk)
+            yield done
+
+    # -- generation --------------------------------------------------------------------------
+
+    def generate(
+        self, prompt: Sequence[int], params: SamplingParams, state: PromptState | None = None
+    ) -> MLXGeneration:
+        return MLXGeneration(self, prompt, params, state)
+
+    def _run(
+        self, generation: MLXGeneration, params: SamplingParams, state: PromptState | None
+    ) -> Iterator[GenerationEvent]:
+        import mlx.core as mx
+        from mlx_lm.generate import generate_step
+
+        from gateway.engines.sampling import make_job_logits_processors, make_job_sampler
+        from gateway.engines.stops import StopMatcher
+
+        prompt = generation.prompt
+        cache = state.cache if state else self.new_cache()
+        tail = prompt[generation.cached_tokens :]
+        processors = make_job_logits_processors(params, len(tail))
+        steps = generate_step(
+            mx.array(tail),
+            self.model,
+            max_tokens=params.max_tokens,
+            sampler=make_job_sampler(params),
+            logits_processors=processors or None,
+            prompt_cache=cache,
+        )
+        detokenizer = self.tokenizer.detokenizer
+        stops = StopMatcher(params.stop)
+        generated: list[int] = []
+        try:
+            for token, _logprobs in steps:
+                generated.append(token)
+                if token in self.eos_token_ids:
+                    break
+                detokenizer.add_token(token)
+                text, stopped = stops.feed(detokenizer.last_segment)
+                if stopped:
+                    yield GenerationEvent(text, len(generated), "stop")
+                    return
+                if len(generated) == params.max_tokens:
+                    break
+                # An event per token, even without text: each is a point where the
+                # scheduler may cancel or preempt the job.
+                yield GenerationEvent(text, len(generated))
+            detokenizer.finalize()
+            text, stopped = stops.feed(detokenizer.last_segment)
+            if not stopped:
+                text += stops.flush()
+            hit_eos = bool(generated) and generated[-1] in self.eos_token_ids
+            finish = "stop" if stopped or hit_eos else "length"
+            yield GenerationEvent(text, len(generated), finish)
+        finally:
+            steps.close()
+            # The cache holds every token fed so far; mlx-lm feeds each sampled token one
+            # step ahead, so that is the prompt and all or all but the last generated token.
+            offset = cache[0].offset if cache else 0
+            generation.state = PromptState(cache, tuple((prompt + generated)[:offset]))
+
+    def memory(self) -> dict[str, int]:
+        import mlx.core as mx
+
+        return {"active": int(mx.get_active_memory()), "peak": int(mx.get_peak_memory())}

@@ -1,0 +1,79 @@
+"""The gateway's one error hierarchy; ``gateway.routes.errors`` turns it into OpenAI's envelope.
+
+::
+
+    GatewayError                      500 server_error (never raised for bad input)
+    ├── InvalidRequestError           400 invalid_request_error (param names the field)
+    │   └── ContextLengthExceededError 400 code=context_length_exceeded
+    ├── ModelNotFoundError            404 code=model_not_found
+    ├── NotFoundError                 404 (an unknown typing hint, ...)
+    ├── RequestTooLargeError          413
+    ├── QueueFullError                429 + Retry-After
+    ├── ServiceUnavailableError       503 (queue wait limit, shutting down)
+    └── ModelImportError              a model could not be imported (start-up, CLI)
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises on purpose."""
+
+    status_code = 500
+    error_type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+
+class InvalidRequestError(GatewayError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class ContextLengthExceededError(InvalidRequestError):
+    code = "context_length_exceeded"
+
+
+class ModelNotFoundError(GatewayError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class NotFoundError(GatewayError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    code = "not_found"
+
+
+class RequestTooLargeError(GatewayError):
+    status_code = 413
+    error_type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class QueueFullError(GatewayError):
+    status_code = 429
+    error_type = "rate_limit_error"
+    code = "queue_full"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ServiceUnavailableError(GatewayError):
+    status_code = 503
+    error_type = "server_error"
+    code = "service_unavailable"
+
+
+class ModelImportError(GatewayError):
+    error_type = "server_error"
+    code = "model_import_failed"
