@@ -5,6 +5,7 @@
     GatewayError                      500 server_error (never raised for bad input)
     ├── InvalidRequestError           400 invalid_request_error (param names the field)
     │   └── ContextLengthExceededError 400 code=context_length_exceeded
+    ├── AuthenticationError           401 code=invalid_api_key
     ├── ModelNotFoundError            404 code=model_not_found
     ├── NotFoundError                 404 (an unknown typing hint, ...)
     ├── RequestTooLargeError          413
@@ -77,3 +78,9 @@ class ServiceUnavailableError(GatewayError):
 class ModelImportError(GatewayError):
     error_type = "server_error"
     code = "model_import_failed"
+
+
+class AuthenticationError(GatewayError):
+    status_code = 401
+    error_type = "invalid_request_error"
+    code = "invalid_api_key"

@@ -1,0 +1,110 @@
+"""The ``gateway`` command: serve, manage models, benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from gateway.config import ConfigError, load_settings
+
+log = logging.getLogger("gateway")
+
+
+def _settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    overrides = {k: getattr(args, k, None) for k in ("host", "port", "cache_dir")}
+    return load_settings(getattr(args, "config", None), overrides)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.engines.device import choose_compute_path
+
+    settings = _settings_from(args)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Decided before anything imports MLX: OpenBLAS must be loaded first to be used.
+    choose_compute_path(settings.weights)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=5,
+    )
+    return 0
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    from gateway.modelstore.store import ModelStore
+
+    settings = _settings_from(args)
+    for status in ModelStore(settings.cache_dir).list():
+        mark = "imported" if status.imported else "not imported"
+        print(f"{status.id:28} {mark:13} {status.path}\n{'':28} {status.description}")
+    return 0
+
+
+def cmd_models_import(args: argparse.Namespace) -> int:
+    from gateway.engines.device import choose_compute_path
+    from gateway.modelstore.store import ModelStore
+
+    settings = _settings_from(args)
+    choose_compute_path(settings.weights)
+    store = ModelStore(settings.cache_dir)
+    for model_id in args.models or [settings.default_model]:
+        if store.is_imported(model_id) and not args.force:
+            print(f"{model_id}: already imported at {store.path_for(model_id)}")
+            continue
+        store.import_model(model_id, lambda msg: print(f"  {model_id}: {msg}", flush=True))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from gateway.bench import run_bench
+
+    return run_bench(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description=__doc__)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="TOML configuration file (or GATEWAY_CONFIG)")
+    common.add_argument("--cache-dir", dest="cache_dir", help="where imported models live")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", parents=[common], help="run the gateway")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1, or GATEWAY_HOST)")
+    serve.add_argument("--port", type=int, help="port (default 8000, or GATEWAY_PORT)")
+    serve.set_defaults(func=cmd_serve)
+
+    models = sub.add_parser("models", help="list or import models")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    listing = models_sub.add_parser("list", parents=[common], help="known models and their state")
+    listing.set_defaults(func=cmd_models_list)
+    importing = models_sub.add_parser("import", parents=[common], help="import model(s) now")
+    importing.add_argument("models", nargs="*", help="model ids (default: the default model)")
+    importing.add_argument("--force", action="store_true", help="import again even if present")
+    importing.set_defaults(func=cmd_models_import)
+
+    bench = sub.add_parser("bench", parents=[common], help="measure; see ops/README.md")
+    from gateway.bench import add_bench_arguments
+
+    add_bench_arguments(bench)
+    bench.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

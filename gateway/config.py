@@ -1,0 +1,127 @@
+"""The gateway's configuration: one typed object, loaded once from file, environment and flags.
+
+Precedence, lowest first: defaults, the TOML file (``--config`` or ``GATEWAY_CONFIG``),
+environment variables (``GATEWAY_HOST``, ``GATEWAY_PORT``, ``GATEWAY_CACHE_DIR``,
+``GATEWAY_API_KEY``), command-line flags.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gateway.modelstore.store import DEFAULT_MODEL_ID
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "onemac-gateway"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SchedulerSettings(_Section):
+    max_queued_user: int = Field(64, ge=1, description="Waiting user jobs before 429.")
+    max_queued_task: int = Field(64, ge=1, description="Waiting task jobs before 429.")
+    max_queued_background: int = Field(256, ge=1, description="Waiting background jobs before 429.")
+    max_queue_wait_seconds: float = Field(300.0, gt=0, description="A job waiting longer gets 503.")
+    ageing_seconds: float = Field(
+        60.0, gt=0, description="A background job waiting this long competes as a task job."
+    )
+    pipeline_grace_seconds: float = Field(
+        0.5, ge=0, description="The pipeline lock stays closed this long after a user job."
+    )
+    typing_quiet_seconds: float = Field(
+        2.0, ge=0, description="Background work waits until typing has paused this long."
+    )
+
+
+class CacheSettings(_Section):
+    prefix_cache_bytes: int = Field(
+        2 * 1024**3, ge=0, description="Byte budget of the prefix KV-cache store (LRU)."
+    )
+    hint_idle_seconds: float = Field(120.0, gt=0, description="A typing hint expires after this.")
+
+
+class Settings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    api_key: str | None = Field(
+        None, description="Bearer secret; required when binding beyond loopback."
+    )
+    cache_dir: Path = Field(default_factory=default_cache_dir)
+    default_model: str = DEFAULT_MODEL_ID
+    models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL_ID])
+    aliases: dict[str, str] = Field(
+        default_factory=dict, description="Extra model names clients may use, e.g. gpt-4o-mini."
+    )
+    weights: Literal["auto", "4bit", "float32"] = "auto"
+    max_request_bytes: int = Field(4 * 1024**2, ge=1024)
+    log_level: str = "info"
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.default_model not in self.models:
+            self.models = [self.default_model, *self.models]
+        for alias, target in self.aliases.items():
+            if target not in self.models:
+                raise ValueError(f"alias {alias!r} points to {target!r}, which is not in models")
+        return self
+
+    @property
+    def exposed(self) -> bool:
+        return self.host not in LOOPBACK_HOSTS
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message says why."""
+
+
+_ENV = {
+    "GATEWAY_HOST": "host",
+    "GATEWAY_PORT": "port",
+    "GATEWAY_API_KEY": "api_key",
+    "GATEWAY_CACHE_DIR": "cache_dir",
+    "GATEWAY_DEFAULT_MODEL": "default_model",
+}
+
+
+def load_settings(
+    config_file: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merge defaults, the TOML file, the environment and ``overrides`` (flags)."""
+    env = os.environ if environ is None else environ
+    data: dict[str, Any] = {}
+    path = config_file or env.get("GATEWAY_CONFIG")
+    if path:
+        try:
+            data.update(tomllib.loads(Path(path).read_text()))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    for name, key in _ENV.items():
+        if env.get(name):
+            data[key] = env[name]
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from exc
+    if settings.exposed and not settings.api_key:
+        raise ConfigError(
+            f"binding to {settings.host} makes the gateway reachable from the network; "
+            "set an api_key (GATEWAY_API_KEY) first"
+        )
+    return settings

@@ -1,0 +1,109 @@
+"""Every Prometheus metric family of the gateway, named in one place and one style.
+
+Names follow Prometheus conventions with the ``gateway_`` prefix; where vLLM or llama.cpp
+already have a well-known metric, ours is its counterpart (noted beside each family), so
+existing dashboards map over directly.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from gateway.scheduler.gates import GATE_NAMES
+from gateway.scheduler.jobs import Priority
+
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
+TPS_BUCKETS = (1, 2, 5, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000)
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class GatewayMetrics:
+    """The gateway's metric families, registered in their own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "gateway_requests", "HTTP requests by route and status.", ["route", "status"], registry=r
+        )
+        # vllm:time_to_first_token_seconds
+        self.time_to_first_token = Histogram(
+            "gateway_time_to_first_token_seconds",
+            "Time from a request's arrival to its first generated token.",
+            ["model", "cache"],  # cache: warm (part of the prompt reused) or cold
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        # vllm:request_queue_time_seconds
+        self.queue_wait = Histogram(
+            "gateway_queue_wait_seconds",
+            "Time a job waited for the inference slot before it first ran.",
+            ["priority"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        # vllm:num_requests_waiting, llamacpp:requests_deferred
+        self.queue_depth = Gauge(
+            "gateway_queue_depth", "Jobs waiting for the slot.", ["priority"], registry=r
+        )
+        # vllm:num_requests_running, llamacpp:requests_processing
+        self.slot_busy = Gauge("gateway_slot_busy", "1 while a job holds the slot.", registry=r)
+        self.slot_busy_seconds = Counter(
+            "gateway_slot_busy_seconds", "Seconds the inference slot was held.", registry=r
+        )
+        # vllm:prompt_tokens_total, llamacpp:prompt_tokens_total
+        self.prompt_tokens = Counter(
+            "gateway_prompt_tokens", "Prompt tokens of finished requests.", ["model"], registry=r
+        )
+        # vllm:generation_tokens_total, llamacpp:tokens_predicted_total
+        self.generation_tokens = Counter(
+            "gateway_generation_tokens", "Generated tokens.", ["model"], registry=r
+        )
+        # llamacpp:predicted_tokens_seconds
+        self.decode_tokens_per_second = Histogram(
+            "gateway_decode_tokens_per_second",
+            "Decode speed of a finished generation (after its first token).",
+            ["model"],
+            buckets=TPS_BUCKETS,
+            registry=r,
+        )
+        # vllm:num_preemptions_total
+        self.preemptions = Counter(
+            "gateway_preemptions", "Jobs paused so that a user job could run.", ["priority"], registry=r
+        )
+        self.cancellations = Counter(
+            "gateway_cancellations",
+            "Jobs withdrawn (client gone, timeout) by where they were.",
+            ["priority", "stage"],  # stage: queued | running | preempted
+            registry=r,
+        )
+        self.rejections = Counter(
+            "gateway_rejections",
+            "Jobs refused or given up: queue full (429) or waited too long (503).",
+            ["priority", "reason"],
+            registry=r,
+        )
+        self.gate_closed = Gauge(
+            "gateway_gate_closed", "1 while a scheduler gate holds work back.", ["gate"], registry=r
+        )
+        # Typing hints and the prefix cache (vllm:prefix_cache_queries / prefix_cache_hits).
+        self.typing_hints = Counter(
+            "gateway_typing_hints", "Typing hints by outcome.", ["outcome"], registry=r
+        )
+        self.prompt_tokens_cached = Counter(
+            "gateway_prompt_tokens_cached", "Prompt tokens served from a KV cache.", ["model"], registry=r
+        )
+        self.prompt_tokens_computed = Counter(
+            "gateway_prompt_tokens_computed", "Prompt tokens prefilled.", ["model"], registry=r
+        )
+        self.prefix_cache_bytes = Gauge(
+            "gateway_prefix_cache_bytes", "Bytes held by the prefix KV-cache store.", registry=r
+        )
+        for priority in Priority:
+            self.queue_depth.labels(priority.label).set(0)
+        for gate in GATE_NAMES:
+            self.gate_closed.labels(gate).set(0)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

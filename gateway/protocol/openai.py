@@ -1,0 +1,208 @@
+"""Pydantic models of OpenAI's wire format, named after the OpenAI spec.
+
+Only what the gateway speaks is modelled. Fields the gateway adds beyond the spec are marked
+"(gateway extension)". This module imports neither the web framework nor an engine.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_STOP_SEQUENCES = 16
+
+
+class _Strict(BaseModel):
+    # Strict: "5" is not an integer and true is not a number, as in OpenAI's own API.
+    model_config = ConfigDict(strict=True)
+
+
+class TextContentPart(_Strict):
+    type: Literal["text"] = Field(description="Only text parts are supported.")
+    text: str
+
+
+class ChatMessage(_Strict):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextContentPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+    def as_template_message(self) -> dict[str, str]:
+        # "developer" is OpenAI's newer name for the system role.
+        role = "system" if self.role == "developer" else self.role
+        return {"role": role, "content": self.text()}
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text"] = Field(description="Only plain text responses are supported.")
+
+
+class ChatCompletionRequest(_Strict):
+    """``POST /v1/chat/completions``. Unknown fields are ignored, as SDKs add new ones."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    model: str = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int | None = Field(None, ge=1, le=1, description="Only n=1 is supported.")
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = Field(
+        None, description="Token id (as a string) to a bias from -100 to 100."
+    )
+    user: str | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[dict[str, Any]] | None = Field(
+        None, description="Tool calling is not supported yet: send none or an empty list."
+    )
+    tool_choice: Literal["none"] | None = None
+    logprobs: Literal[False] | None = Field(None, description="Log probabilities are not supported.")
+    priority: Literal["user", "task", "background"] | None = Field(
+        None, description="(gateway extension) Scheduling class; also the X-Gateway-Priority header."
+    )
+    session: str | None = Field(
+        None, description="(gateway extension) The typing-hint session this request completes."
+    )
+
+    @field_validator("stop")
+    @classmethod
+    def _check_stop(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and len(value) > MAX_STOP_SEQUENCES:
+            raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences")
+        return value
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _check_logit_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key, bias in (value or {}).items():
+            if not key.isdigit():
+                raise ValueError(f"logit_bias keys are token ids; got {key!r}")
+            if not -100 <= bias <= 100:
+                raise ValueError(f"logit_bias values must be in [-100, 100]; got {bias}")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _check_tools(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        if value:
+            raise ValueError("tool calling is not supported yet")
+        return value
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+def completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    refusal: str | None = None
+
+
+class Choice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length"]
+    logprobs: None = None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    system_fingerprint: str | None = None
+
+
+class ChoiceDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: ChoiceDelta
+    finish_reason: Literal["stop", "length"] | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+
+
+class Model(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "onemac-gateway"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Model]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error envelope, used for every error the gateway returns."""
+
+    error: ErrorDetail

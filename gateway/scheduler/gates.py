@@ -1,0 +1,59 @@
+"""The three gates that hold work back instead of a sleep (``shared/MISSION.md`` point 2).
+
+* pipeline lock: while a ``user`` job runs, and for a short grace after it, no ``background``
+  job starts (a multi-step user pipeline is not interleaved with background work);
+* prefill freeze: while a typing pre-prefill is queued, computing or ready, only ``user``
+  jobs may take the slot, so the warmed cache is not pushed out before it is used;
+* typing lock: after a typing hint, ``background`` jobs wait until the user has been quiet
+  for a while (which also lets the machine cool before the real request).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.scheduler.jobs import Priority
+
+PIPELINE_LOCK = "pipeline_lock"
+PREFILL_FREEZE = "prefill_freeze"
+TYPING_LOCK = "typing_lock"
+GATE_NAMES = (PIPELINE_LOCK, PREFILL_FREEZE, TYPING_LOCK)
+
+# Which priority classes each gate holds back.
+HELD_BY = {
+    PIPELINE_LOCK: frozenset({Priority.BACKGROUND}),
+    PREFILL_FREEZE: frozenset({Priority.TASK, Priority.BACKGROUND}),
+    TYPING_LOCK: frozenset({Priority.BACKGROUND}),
+}
+
+
+@dataclass
+class Gates:
+    """Gate state; times are the scheduler clock's (monotonic seconds)."""
+
+    pipeline_grace: float
+    typing_quiet: float
+    user_running: bool = False
+    last_user_end: float = float("-inf")
+    last_typing: float = float("-inf")
+    freeze_holders: set[str] = field(default_factory=set)
+
+    def closed(self, now: float) -> dict[str, bool]:
+        return {
+            PIPELINE_LOCK: self.user_running or now < self.last_user_end + self.pipeline_grace,
+            PREFILL_FREEZE: bool(self.freeze_holders),
+            TYPING_LOCK: now < self.last_typing + self.typing_quiet,
+        }
+
+    def holds(self, priority: Priority, now: float) -> list[str]:
+        """The names of the closed gates that hold back a job of ``priority``."""
+        return [name for name, shut in self.closed(now).items() if shut and priority in HELD_BY[name]]
+
+    def next_change(self, now: float) -> float | None:
+        """When a time-based gate will open next, if one is closed."""
+        times = [
+            t
+            for t in (self.last_user_end + self.pipeline_grace, self.last_typing + self.typing_quiet)
+            if t > now
+        ]
+        return min(times) if times else None

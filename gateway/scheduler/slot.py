@@ -1,0 +1,335 @@
+"""The single-slot scheduler: one inference at a time, the rest ordered by class and gates.
+
+One asyncio task (the dispatcher) owns the queues and the slot; handlers only ``submit``.
+Engine work runs on one dedicated thread, so two jobs can never compute at once, and MLX's
+thread-local generation stream stays on one thread. A running job returns control at every
+step (token) boundary, where it can be cancelled or preempted; a preempted job keeps its
+suspended iterator (and with it its KV cache and sampler state) and resumes where it left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import QueueFullError, ServiceUnavailableError
+from gateway.metrics import GatewayMetrics
+from gateway.scheduler.gates import GATE_NAMES, Gates
+from gateway.scheduler.jobs import Job, JobState, Priority
+
+log = logging.getLogger(__name__)
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Limits and timings; see ``gateway.config.SchedulerSettings`` for their meaning."""
+
+    max_queued: dict[Priority, int]
+    max_queue_wait: float = 300.0
+    ageing_after: float = 60.0
+    pipeline_grace: float = 0.5
+    typing_quiet: float = 2.0
+
+
+class _SliceEnd:
+    DONE = "done"
+    CANCELLED = "cancelled"
+    PREEMPTED = "preempted"
+    FAILED = "failed"
+
+
+class Scheduler:
+    """Owns the inference slot, the per-class queues and the gates."""
+
+    def __init__(
+        self, config: SchedulerConfig, metrics: GatewayMetrics, clock: Clock = time.monotonic
+    ) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.clock = clock
+        self.gates = Gates(config.pipeline_grace, config.typing_quiet)
+        self.queues: dict[Priority, deque[Job]] = {p: deque() for p in Priority}
+        self.running: Job | None = None
+        self.completed = 0
+        self.max_occupancy_seen = 0
+        self._occupancy = 0
+        self._occupancy_lock = threading.Lock()
+        self._mean_job_seconds = 5.0
+        self._wakeup = asyncio.Event()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.create_task(self._dispatch(), name="scheduler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for queue in self.queues.values():
+            while queue:
+                self._finish(queue.popleft(), JobState.CANCELLED, ServiceUnavailableError("shutting down"))
+        self._thread.shutdown(wait=True, cancel_futures=True)
+
+    async def run_on_engine_thread(self, fn: Callable[[], Any]) -> Any:
+        """Run a short engine call (tokenizing, loading) on the inference thread, in order."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
+
+    # -- what handlers call --------------------------------------------------------------------
+
+    def submit(self, job: Job) -> Job:
+        """Queue ``job``; raises QueueFullError (429) when its class's queue is full."""
+        queue = self.queues[job.priority]
+        limit = self.config.max_queued[job.priority]
+        if len(queue) >= limit:
+            self.metrics.rejections.labels(job.priority.label, "queue_full").inc()
+            retry = max(1, math.ceil(self._mean_job_seconds * (len(queue) + 1)))
+            raise QueueFullError(
+                f"the {job.priority.label} queue is full ({limit} waiting); retry later",
+                retry_after=min(retry, 600),
+            )
+        job.submitted_at = self.clock()
+        job._cancel_hook = self._on_cancel
+        queue.append(job)
+        self._changed()
+        return job
+
+    def note_typing(self) -> None:
+        """A typing hint arrived: (re)close the typing lock."""
+        self.gates.last_typing = self.clock()
+        self._changed()
+
+    def hold_prefill_freeze(self, holder: str) -> None:
+        self.gates.freeze_holders.add(holder)
+        self._changed()
+
+    def release_prefill_freeze(self, holder: str) -> None:
+        self.gates.freeze_holders.discard(holder)
+        self._changed()
+
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON view of the slot, the queues and the gates (``GET /v1/scheduler``)."""
+        now = self.clock()
+
+        def describe(job: Job) -> dict[str, Any]:
+            return {
+                "id": job.id,
+                "kind": job.kind,
+                "priority": job.priority.label,
+                "state": job.state.value,
+                "waited_seconds": round(now - job.submitted_at, 3),
+                "preemptions": job.preemptions,
+            }
+
+        return {
+            "object": "scheduler",
+            "slot": describe(self.running) if self.running else None,
+            "queues": {p.label: [describe(j) for j in q] for p, q in self.queues.items()},
+            "gates": self.gates.closed(now),
+            "prefill_freeze_holders": sorted(self.gates.freeze_holders),
+            "completed_jobs": self.completed,
+            "max_occupancy_seen": self.max_occupancy_seen,
+        }
+
+    # -- dispatcher ----------------------------------------------------------------------------
+
+    def _changed(self) -> None:
+        self._wakeup.set()
+        self._maybe_preempt()
+        self._publish_gauges()
+
+    def _effective_priority(self, job: Job, now: float) -> Priority:
+        # Bounded ageing: a background job that has waited long enough competes as a task
+        # (never as a user job), so it cannot starve forever behind steady task traffic.
+        if job.priority is Priority.BACKGROUND and now - job.submitted_at >= self.config.ageing_after:
+            return Priority.TASK
+        return job.priority
+
+    def _pick(self, now: float) -> Job | None:
+        best: tuple[int, float, int] | None = None
+        chosen: Job | None = None
+        for queue in self.queues.values():
+            for position, job in enumerate(queue):
+                effective = self._effective_priority(job, now)
+                if self.gates.holds(effective, now):
+                    continue
+                # A preempted job resumes first within its class: it was accepted earlier.
+                rank = (int(effective), 0.0 if job.preemptions else job.submitted_at, position)
+                if best is None or rank < best:
+                    best, chosen = rank, job
+                break  # FIFO inside a class: only its first eligible job competes
+        return chosen
+
+    def _maybe_preempt(self) -> None:
+        running = self.running
+        if running is None or not running.preemptible or running.priority is Priority.USER:
+            return
+        if any(not j.cancel_requested for j in self.queues[Priority.USER]):
+            running.preempt_requested = True
+
+    def _next_deadline(self, now: float) -> float | None:
+        deadlines = []
+        gate_change = self.gates.next_change(now)
+        if gate_change is not None:
+            deadlines.append(gate_change)
+        for queue in self.queues.values():
+            for job in queue:
+                if job.preemptions == 0:
+                    deadlines.append(job.submitted_at + self.config.max_queue_wait)
+                if job.priority is Priority.BACKGROUND:
+                    deadlines.append(job.submitted_at + self.config.ageing_after)
+        future = [d for d in deadlines if d > now]
+        return min(future) if future else None
+
+    def _expire_waiting(self, now: float) -> None:
+        for priority, queue in self.queues.items():
+            for job in [j for j in queue if j.preemptions == 0]:
+                if now - job.submitted_at >= self.config.max_queue_wait:
+                    queue.remove(job)
+                    self.metrics.rejections.labels(priority.label, "queue_timeout").inc()
+                    self._finish(
+                        job,
+                        JobState.FAILED,
+                        ServiceUnavailableError(
+                            f"waited {now - job.submitted_at:.0f} s for the inference slot "
+                            f"(limit {self.config.max_queue_wait:.0f} s); retry later"
+                        ),
+                    )
+
+    async def _dispatch(self) -> None:
+        while True:
+            self._wakeup.clear()
+            now = self.clock()
+            self._expire_waiting(now)
+            job = self._pick(now)
+            self._publish_gauges()
+            if job is None:
+                deadline = self._next_deadline(now)
+                timeout = None if deadline is None else max(0.0, deadline - self.clock())
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+                except TimeoutError:
+                    pass
+                continue
+            self.queues[job.priority].remove(job)
+            await self._run(job)
+
+    async def _run(self, job: Job) -> None:
+        assert self.running is None, "two jobs in the slot"
+        now = self.clock()
+        if job.started_at is None:
+            job.started_at = now
+            self.metrics.queue_wait.labels(job.priority.label).observe(now - job.submitted_at)
+        job.state = JobState.RUNNING
+        self.running = job
+        if job.priority is Priority.USER:
+            self.gates.user_running = True
+        self.metrics.slot_busy.set(1)
+        self._publish_gauges()
+        self._maybe_preempt()  # a user job may have queued while this one waited
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        try:
+            end = await loop.run_in_executor(self._thread, self._run_slice, job, loop)
+        finally:
+            held = time.perf_counter() - started
+            self.metrics.slot_busy_seconds.inc(held)
+            self.metrics.slot_busy.set(0)
+            self.running = None
+            if job.priority is Priority.USER:
+                self.gates.user_running = False
+                self.gates.last_user_end = self.clock()
+        if end == _SliceEnd.PREEMPTED:
+            job.state = JobState.PREEMPTED
+            job.preemptions += 1
+            self.metrics.preemptions.labels(job.priority.label).inc()
+            self.queues[job.priority].appendleft(job)
+        elif end == _SliceEnd.CANCELLED:
+            self.metrics.cancellations.labels(job.priority.label, "running").inc()
+            self._finish(job, JobState.CANCELLED)
+        elif end == _SliceEnd.FAILED:
+            self._finish(job, JobState.FAILED, job.error)
+        else:
+            self._mean_job_seconds = 0.8 * self._mean_job_seconds + 0.2 * held
+            self._finish(job, JobState.DONE)
+
+    def _run_slice(self, job: Job, loop: asyncio.AbstractEventLoop) -> str:
+        """Run ``job`` on the inference thread until it ends, is cancelled or is preempted."""
+        with self._occupancy_lock:
+            self._occupancy += 1
+            self.max_occupancy_seen = max(self.max_occupancy_seen, self._occupancy)
+        try:
+            if job.steps is None:
+                job.steps = iter(job.work())
+            while True:
+                if job.cancel_requested:
+                    _close(job)
+                    return _SliceEnd.CANCELLED
+                if job.preempt_requested:
+                    job.preempt_requested = False
+                    return _SliceEnd.PREEMPTED
+                try:
+                    event = next(job.steps)
+                except StopIteration:
+                    return _SliceEnd.DONE
+                loop.call_soon_threadsafe(job.deliver, event)
+        except Exception as exc:  # an engine failure ends this job, never the scheduler
+            log.exception("job %s failed", job.id)
+            job.error = exc
+            _close(job)
+            return _SliceEnd.FAILED
+        finally:
+            with self._occupancy_lock:
+                self._occupancy -= 1
+
+    def _on_cancel(self, job: Job) -> None:
+        """A client withdrew ``job``: drop it if it waits; a running job stops at its next step."""
+        for queue in self.queues.values():
+            if job in queue:
+                queue.remove(job)
+                stage = "preempted" if job.state is JobState.PREEMPTED else "queued"
+                self.metrics.cancellations.labels(job.priority.label, stage).inc()
+                if job.steps is not None:
+                    # A paused job holds engine state: release it on the engine's thread.
+                    self._thread.submit(_close, job)
+                self._finish(job, JobState.CANCELLED)
+                break
+        self._changed()
+
+    def _finish(self, job: Job, state: JobState, error: BaseException | None = None) -> None:
+        job.state = state
+        job.finished_at = self.clock()
+        if error is not None:
+            job.error = error
+        self.completed += 1
+        job.close_outbox()
+        self._wakeup.set()
+
+    def _publish_gauges(self) -> None:
+        closed = self.gates.closed(self.clock())
+        for name in GATE_NAMES:
+            self.metrics.gate_closed.labels(name).set(1 if closed[name] else 0)
+        for priority, queue in self.queues.items():
+            self.metrics.queue_depth.labels(priority.label).set(len(queue))
+
+
+def _close(job: Job) -> None:
+    close = getattr(job.steps, "close", None)
+    if close is not None:
+        close()

@@ -1,0 +1,66 @@
+"""The prefix KV-cache store: reuse the longest cached token prefix of a prompt.
+
+Built on mlx-lm's ``LRUPromptCache`` (a token trie with least-recently-inserted eviction
+under a byte budget, which copies a cache before handing it out and trims copies of longer
+entries to the common prefix, so a diverging request never corrupts a stored cache). This
+class adds what the gateway needs around it: a ``PromptState`` in and out, at least one
+prompt token left to feed, and counters. Called only from the inference thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gateway.engines.base import PromptState
+
+DEFAULT_MAX_ENTRIES = 64
+
+
+class PrefixCacheStore:
+    """Prompt states of finished generations and typing pre-prefills, by model and tokens."""
+
+    def __init__(self, max_bytes: int, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        from mlx_lm.models.cache import LRUPromptCache
+
+        self.enabled = max_bytes > 0
+        self._lru = LRUPromptCache(max_size=max_entries, max_bytes=max_bytes)
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._lru.nbytes)
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def fetch(self, model: str, prompt: Sequence[int]) -> PromptState | None:
+        """A private copy of the cache for the longest stored prefix of ``prompt``, if any."""
+        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
+        if not self.enabled or not prompt:
+            return None
+        tokens = list(prompt)
+        cache, rest = self._lru.fetch_nearest_cache(model, tokens)
+        if cache is not None and not rest:
+            # The whole prompt is cached, but generating needs logits for its last token:
+            # step back one token and feed it again.
+            if not can_trim_prompt_cache(cache):
+                cache = None
+            else:
+                trim_prompt_cache(cache, 1)
+                rest = tokens[-1:]
+        if cache is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return PromptState(cache, tuple(tokens[: len(tokens) - len(rest)]))
+
+    def insert(self, model: str, state: PromptState) -> None:
+        """Keep ``state`` for later prompts that start with its tokens (it must not change)."""
+        if not self.enabled or not state.tokens:
+            return
+        self._lru.insert_cache(model, list(state.tokens), state.cache)
+
+    def clear(self) -> None:
+        self._lru.trim_to(n_sequences=0)
