@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hmac
 import logging
 import time
@@ -101,7 +102,9 @@ class ApiKeyAndMetricsMiddleware(ASGIMiddleware):
                 given = dict(scope["headers"]).get(b"authorization", b"")
                 if not hmac.compare_digest(given, self.expected):
                     status = 401
-                    raise AuthenticationError("Incorrect or missing API key (Authorization: Bearer ...).")
+                    raise AuthenticationError(
+                        "Incorrect or missing API key (Authorization: Bearer ...)."
+                    )
             await next_app(scope, receive, send_and_count)
         finally:
             route = scope.get("path_template") or scope["path"]
@@ -123,7 +126,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory | None = None) 
             models = {}
             for model_id in settings.models:
                 engine = await scheduler.run_on_engine_thread(
-                    lambda m=model_id: build_engine(m, compute)
+                    functools.partial(build_engine, model_id, compute)
                 )
                 models[model_id] = ServedModel(model_id, engine, int(time.time()))
             registry = ModelRegistry(models, settings.aliases, settings.default_model)

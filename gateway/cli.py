@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 from collections.abc import Sequence
@@ -24,7 +25,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.engines.device import choose_compute_path
 
     settings = _settings_from(args)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     # Decided before anything imports MLX: OpenBLAS must be loaded first to be used.
     choose_compute_path(settings.weights)
     uvicorn.run(
@@ -58,8 +61,12 @@ def cmd_models_import(args: argparse.Namespace) -> int:
         if store.is_imported(model_id) and not args.force:
             print(f"{model_id}: already imported at {store.path_for(model_id)}")
             continue
-        store.import_model(model_id, lambda msg: print(f"  {model_id}: {msg}", flush=True))
+        store.import_model(model_id, functools.partial(_progress, model_id))
     return 0
+
+
+def _progress(model_id: str, message: str) -> None:
+    print(f"  {model_id}: {message}", flush=True)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

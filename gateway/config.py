@@ -67,8 +67,8 @@ class Settings(_Section):
     weights: Literal["auto", "4bit", "float32"] = "auto"
     max_request_bytes: int = Field(4 * 1024**2, ge=1024)
     log_level: str = "info"
-    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
-    cache: CacheSettings = Field(default_factory=CacheSettings)
+    scheduler: SchedulerSettings = SchedulerSettings()
+    cache: CacheSettings = CacheSettings()
 
     @model_validator(mode="after")
     def _check(self) -> Settings:

@@ -25,7 +25,10 @@ class GatewayMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "gateway_requests", "HTTP requests by route and status.", ["route", "status"], registry=r
+            "gateway_requests",
+            "HTTP requests by route and status.",
+            ["route", "status"],
+            registry=r,
         )
         # vllm:time_to_first_token_seconds
         self.time_to_first_token = Histogram(
@@ -70,7 +73,10 @@ class GatewayMetrics:
         )
         # vllm:num_preemptions_total
         self.preemptions = Counter(
-            "gateway_preemptions", "Jobs paused so that a user job could run.", ["priority"], registry=r
+            "gateway_preemptions",
+            "Jobs paused so that a user job could run.",
+            ["priority"],
+            registry=r,
         )
         self.cancellations = Counter(
             "gateway_cancellations",
@@ -92,7 +98,10 @@ class GatewayMetrics:
             "gateway_typing_hints", "Typing hints by outcome.", ["outcome"], registry=r
         )
         self.prompt_tokens_cached = Counter(
-            "gateway_prompt_tokens_cached", "Prompt tokens served from a KV cache.", ["model"], registry=r
+            "gateway_prompt_tokens_cached",
+            "Prompt tokens served from a KV cache.",
+            ["model"],
+            registry=r,
         )
         self.prompt_tokens_computed = Counter(
             "gateway_prompt_tokens_computed", "Prompt tokens prefilled.", ["model"], registry=r

@@ -47,11 +47,26 @@ class PromptState:
     tokens: tuple[int, ...]
 
 
+class Generation(Protocol):
+    """A generation in flight: iterate it for events; close it to cancel."""
+
+    cached_tokens: int
+    # Set when the generation has ended: the cache and exactly the tokens it holds.
+    state: PromptState | None
+
+    def __iter__(self) -> Iterator[GenerationEvent]: ...
+
+    def __next__(self) -> GenerationEvent: ...
+
+    def close(self) -> None: ...
+
+
 class Engine(Protocol):
     """A loaded model behind the gateway's one interface."""
 
     model_id: str
     context_length: int
+    vocab_size: int
 
     def render_chat(
         self,
@@ -74,11 +89,11 @@ class Engine(Protocol):
         prompt: Sequence[int],
         params: SamplingParams,
         state: PromptState | None = None,
-    ) -> Iterator[GenerationEvent]:
-        """Stream a completion of ``prompt``; stop iterating to cancel (within one token).
+    ) -> Generation:
+        """Stream a completion of ``prompt``; close the generation to cancel it.
 
-        ``state`` holds a cache already filled with a prefix of ``prompt`` (it is
-        extended in place). After the generator ends, ``last_state`` describes it.
+        ``state`` holds a cache already filled with a prefix of ``prompt``; it is extended
+        in place. Each event is one token, so a consumer can stop within one token.
         """
         ...
 

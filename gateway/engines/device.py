@@ -41,7 +41,12 @@ class ComputePath:
         return self.weights == "float32"
 
     def as_dict(self) -> dict[str, str]:
-        return {"device": self.device, "blas": self.blas, "weights": self.weights, "note": self.note}
+        return {
+            "device": self.device,
+            "blas": self.blas,
+            "weights": self.weights,
+            "note": self.note,
+        }
 
 
 _chosen: ComputePath | None = None
@@ -56,7 +61,7 @@ def _load_openblas() -> str | None:
         # Too late: MLX has already bound its BLAS symbols.
         return None
     override = os.environ.get("GATEWAY_OPENBLAS")
-    for path in ((override,) if override else OPENBLAS_CANDIDATES):
+    for path in (override,) if override else OPENBLAS_CANDIDATES:
         if path and os.path.exists(path):
             try:
                 ctypes.CDLL(path, mode=os.RTLD_GLOBAL)

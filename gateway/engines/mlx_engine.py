@@ -8,9 +8,9 @@ usage counts and the cache state left behind for reuse.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gateway.engines.base import ChatMessage, GenerationEvent, KVCache, PromptState, SamplingParams
 from gateway.engines.device import ComputePath
@@ -25,12 +25,16 @@ class MLXGeneration:
     """One running generation: iterate it for events; ``state`` is set once it has ended."""
 
     def __init__(
-        self, engine: MLXEngine, prompt: Sequence[int], params: SamplingParams, state: PromptState | None
+        self,
+        engine: MLXEngine,
+        prompt: Sequence[int],
+        params: SamplingParams,
+        state: PromptState | None,
     ) -> None:
         self.prompt = list(prompt)
         self.cached_tokens = len(state.tokens) if state else 0
         self.state: PromptState | None = None
-        self._events = engine._run(self, params, state)
+        self._events: Generator[GenerationEvent, None, None] = engine._run(self, params, state)
 
     def __iter__(self) -> Iterator[GenerationEvent]:
         return self._events
@@ -52,7 +56,9 @@ class MLXEngine:
 
         self.model_id = model_id
         self.compute = compute
-        self.model, self.tokenizer, config = load(str(folder), return_config=True)
+        self.model, self.tokenizer, config = cast(
+            tuple[Any, Any, dict[str, Any]], load(str(folder), return_config=True)
+        )
         if compute.dequantize:
             # Dequantized weights come out float16 (the GGUF scales are float16), and MLX's
             # CPU float16 matmul bypasses BLAS: float32 is what makes OpenBLAS do the work.
@@ -64,6 +70,7 @@ class MLXEngine:
 
             maybe_set_recommended_wired_limit()
         self.context_length = int(config.get("max_position_embeddings", 2048))
+        self.vocab_size = int(config["vocab_size"])
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
         log.info("engine %s ready on %s", model_id, compute.as_dict())
 
@@ -101,7 +108,7 @@ class MLXEngine:
 
         done = 0
         while done < len(tokens):
-            chunk = tokens[done : done + PREFILL_CHUNK_TOKENS]
+            chunk = list(tokens[done : done + PREFILL_CHUNK_TOKENS])
             self.model(mx.array(chunk)[None], cache=cache)
             mx.eval([c.state for c in cache])
             done += len(chunk)
@@ -116,7 +123,7 @@ class MLXEngine:
 
     def _run(
         self, generation: MLXGeneration, params: SamplingParams, state: PromptState | None
-    ) -> Iterator[GenerationEvent]:
+    ) -> Generator[GenerationEvent, None, None]:
         import mlx.core as mx
         from mlx_lm.generate import generate_step
 
@@ -140,7 +147,7 @@ class MLXEngine:
         generated: list[int] = []
         try:
             for token, _logprobs in steps:
-                generated.append(token)
+                generated.append(int(token))
                 if token in self.eos_token_ids:
                     break
                 detokenizer.add_token(token)

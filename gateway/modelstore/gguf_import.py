@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ProgressCallback = Callable[[str], None]
 
@@ -86,7 +86,9 @@ def build_tokenizer(metadata: dict[str, Any]) -> Any:
         ]
     )
     tokenizer.decoder = decoders.ByteLevel()
-    specials = [tok for tok, kind in zip(tokens, token_types) if kind == _CONTROL_TOKEN_TYPE]
+    specials = [
+        tok for tok, kind in zip(tokens, token_types, strict=True) if kind == _CONTROL_TOKEN_TYPE
+    ]
     tokenizer.add_special_tokens(specials)
 
     def token(key: str) -> str:
@@ -108,7 +110,9 @@ def convert_llama_gguf(gguf_path: Path, out_dir: Path, progress: ProgressCallbac
     import mlx.core as mx
 
     progress(f"reading {gguf_path.name}")
-    weights, metadata = mx.load(str(gguf_path), return_metadata=True)
+    weights, metadata = cast(
+        tuple[dict[str, Any], dict[str, Any]], mx.load(str(gguf_path), return_metadata=True)
+    )
     if _scalar(metadata.get("general.architecture")) != "llama":
         raise ValueError(f"{gguf_path.name}: only llama-architecture GGUF files are supported")
 

@@ -152,7 +152,8 @@ def _verify(folder: Path) -> None:
     import mlx.core as mx
     from mlx_lm import load
 
-    model, tokenizer = load(str(folder))
+    loaded = load(str(folder))
+    model, tokenizer = loaded[0], loaded[1]
     tokens = tokenizer.encode("The capital of France is")
     logits = model(mx.array(tokens)[None])
     if not bool(mx.all(mx.isfinite(logits)).item()):

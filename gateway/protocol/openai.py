@@ -78,9 +78,12 @@ class ChatCompletionRequest(_Strict):
         None, description="Tool calling is not supported yet: send none or an empty list."
     )
     tool_choice: Literal["none"] | None = None
-    logprobs: Literal[False] | None = Field(None, description="Log probabilities are not supported.")
+    logprobs: Literal[False] | None = Field(
+        None, description="Log probabilities are not supported."
+    )
     priority: Literal["user", "task", "background"] | None = Field(
-        None, description="(gateway extension) Scheduling class; also the X-Gateway-Priority header."
+        None,
+        description="(gateway extension) Scheduling class; also the X-Gateway-Priority header.",
     )
     session: str | None = Field(
         None, description="(gateway extension) The typing-hint session this request completes."

@@ -10,7 +10,7 @@ from litestar.params import Parameter
 from sse_starlette import EventSourceResponse
 
 from gateway.errors import GatewayError
-from gateway.protocol.openai import ChatCompletion, ChatCompletionRequest
+from gateway.protocol.openai import ChatCompletionRequest
 from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
 from gateway.routes.errors import ERROR_RESPONSES, gateway_error_body
 from gateway.serving.chat import ChatRun, ChatService
@@ -67,7 +67,7 @@ class ChatController(Controller):
             required=False,
             description="(gateway extension) user | task | background",
         ),
-    ) -> Response[ChatCompletion]:
+    ) -> Response[Any]:
         prepared = await chat.prepare(data, x_gateway_priority)
         try:
             run = await unless_disconnected(request, chat.start(prepared))
@@ -76,5 +76,6 @@ class ChatController(Controller):
                 return ServerSentEvents(stream)
             completion = await unless_disconnected(request, chat.complete(run))
         except ClientDisconnected:
+            # Nobody is listening any more; 499 is what nginx logs for this.
             return Response(content=None, status_code=499)
         return Response(completion)

@@ -14,7 +14,11 @@ from gateway.protocol.openai import ErrorDetail, ErrorResponse
 
 log = logging.getLogger(__name__)
 
-_TYPES_BY_STATUS = {401: "invalid_request_error", 404: "invalid_request_error", 429: "rate_limit_error"}
+_TYPES_BY_STATUS = {
+    401: "invalid_request_error",
+    404: "invalid_request_error",
+    429: "rate_limit_error",
+}
 
 
 def envelope(
@@ -28,15 +32,15 @@ def envelope(
 ) -> Response[ErrorResponse]:
     if error_type is None:
         error_type = "invalid_request_error" if status < 500 else "server_error"
-    body = ErrorResponse(error=ErrorDetail(message=message, type=error_type, param=param, code=code))
+    body = ErrorResponse(
+        error=ErrorDetail(message=message, type=error_type, param=param, code=code)
+    )
     return Response(body, status_code=status, media_type=MediaType.JSON, headers=headers)
 
 
 def gateway_error_body(exc: GatewayError) -> ErrorResponse:
     return ErrorResponse(
-        error=ErrorDetail(
-            message=exc.message, type=exc.error_type, param=exc.param, code=exc.code
-        )
+        error=ErrorDetail(message=exc.message, type=exc.error_type, param=exc.param, code=exc.code)
     )
 
 

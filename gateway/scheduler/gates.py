@@ -47,13 +47,18 @@ class Gates:
 
     def holds(self, priority: Priority, now: float) -> list[str]:
         """The names of the closed gates that hold back a job of ``priority``."""
-        return [name for name, shut in self.closed(now).items() if shut and priority in HELD_BY[name]]
+        return [
+            name for name, shut in self.closed(now).items() if shut and priority in HELD_BY[name]
+        ]
 
     def next_change(self, now: float) -> float | None:
         """When a time-based gate will open next, if one is closed."""
         times = [
             t
-            for t in (self.last_user_end + self.pipeline_grace, self.last_typing + self.typing_quiet)
+            for t in (
+                self.last_user_end + self.pipeline_grace,
+                self.last_typing + self.typing_quiet,
+            )
             if t > now
         ]
         return min(times) if times else None

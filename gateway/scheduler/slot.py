@@ -10,6 +10,7 @@ suspended iterator (and with it its KV cache and sampler state) and resumes wher
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import threading
@@ -78,13 +79,13 @@ class Scheduler:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
         for queue in self.queues.values():
             while queue:
-                self._finish(queue.popleft(), JobState.CANCELLED, ServiceUnavailableError("shutting down"))
+                self._finish(
+                    queue.popleft(), JobState.CANCELLED, ServiceUnavailableError("shutting down")
+                )
         self._thread.shutdown(wait=True, cancel_futures=True)
 
     async def run_on_engine_thread(self, fn: Callable[[], Any]) -> Any:
@@ -157,7 +158,10 @@ class Scheduler:
     def _effective_priority(self, job: Job, now: float) -> Priority:
         # Bounded ageing: a background job that has waited long enough competes as a task
         # (never as a user job), so it cannot starve forever behind steady task traffic.
-        if job.priority is Priority.BACKGROUND and now - job.submitted_at >= self.config.ageing_after:
+        if (
+            job.priority is Priority.BACKGROUND
+            and now - job.submitted_at >= self.config.ageing_after
+        ):
             return Priority.TASK
         return job.priority
 
@@ -222,10 +226,8 @@ class Scheduler:
             if job is None:
                 deadline = self._next_deadline(now)
                 timeout = None if deadline is None else max(0.0, deadline - self.clock())
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), timeout)
-                except TimeoutError:
-                    pass
                 continue
             self.queues[job.priority].remove(job)
             await self._run(job)

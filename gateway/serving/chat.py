@@ -123,8 +123,8 @@ class ChatService:
                 param="messages" if prompt_tokens >= context else param,
             )
         logit_bias = {int(k): v for k, v in (request.logit_bias or {}).items()}
-        vocab = getattr(engine, "vocab_size", None)
-        if vocab is not None and any(t >= vocab for t in logit_bias):
+        vocab = engine.vocab_size
+        if any(t >= vocab for t in logit_bias):
             raise InvalidRequestError(
                 f"logit_bias names a token id beyond the vocabulary ({vocab})", param="logit_bias"
             )
@@ -200,7 +200,9 @@ class ChatService:
         model = run.chat.model_name
         self.metrics.prompt_tokens.labels(model).inc(len(run.chat.prompt))
         self.metrics.prompt_tokens_cached.labels(model).inc(run.cached_tokens)
-        self.metrics.prompt_tokens_computed.labels(model).inc(len(run.chat.prompt) - run.cached_tokens)
+        self.metrics.prompt_tokens_computed.labels(model).inc(
+            len(run.chat.prompt) - run.cached_tokens
+        )
         self.metrics.generation_tokens.labels(model).inc(run.completion_tokens)
         if first_token_at is not None and run.completion_tokens > 1:
             elapsed = time.perf_counter() - first_token_at

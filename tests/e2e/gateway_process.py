@@ -1,0 +1,114 @@
+"""Start the real gateway (``python -m gateway serve``) on the real model, for end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from openai import AsyncOpenAI, OpenAI
+
+START_TIMEOUT_SECONDS = 180
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def write_toml(path: Path, config: dict[str, Any]) -> None:
+    lines: list[str] = []
+    tables = {k: v for k, v in config.items() if isinstance(v, dict)}
+    for key, value in config.items():
+        if not isinstance(value, dict):
+            lines.append(f"{key} = {_toml_value(value)}")
+    for name, table in tables.items():
+        lines.append(f"[{name}]")
+        lines.extend(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in table.items())
+    path.write_text("\n".join(lines) + "\n")
+
+
+@dataclass
+class RunningGateway:
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def openai(self, **kwargs: Any) -> OpenAI:
+        return OpenAI(base_url=f"{self.base_url}/v1", api_key="local", max_retries=0, **kwargs)
+
+    def async_openai(self, **kwargs: Any) -> AsyncOpenAI:
+        return AsyncOpenAI(base_url=f"{self.base_url}/v1", api_key="local", max_retries=0, **kwargs)
+
+    def http(self, **kwargs: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, timeout=120, **kwargs)
+
+    def scheduler(self) -> dict[str, Any]:
+        return httpx.get(f"{self.base_url}/v1/scheduler", timeout=10).json()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def start_gateway(workdir: Path, config: dict[str, Any] | None = None) -> RunningGateway:
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_path = workdir / "gateway.toml"
+    write_toml(config_path, config or {})
+    port = free_port()
+    log_path = workdir / "gateway.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "serve",
+            "--port",
+            str(port),
+            "--config",
+            str(config_path),
+        ],
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    gateway = RunningGateway(process, port, log_path)
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"gateway exited early:\n{gateway.log()}")
+        try:
+            if httpx.get(f"{gateway.base_url}/health", timeout=2).status_code == 200:
+                return gateway
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    gateway.stop()
+    raise RuntimeError(f"gateway did not start in {START_TIMEOUT_SECONDS} s:\n{gateway.log()}")

@@ -1,0 +1,217 @@
+"""OpenAI chat completions on the real model, through the official ``openai`` SDK."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.conftest import MODEL
+from tests.e2e.gateway_process import RunningGateway
+
+pytestmark = pytest.mark.e2e
+CAPITAL = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+
+
+def test_non_streaming_answers_on_the_real_model(gateway: RunningGateway) -> None:
+    completion = gateway.openai().chat.completions.create(
+        model=MODEL, messages=CAPITAL, temperature=0, max_tokens=30
+    )
+    assert completion.object == "chat.completion"
+    assert completion.id.startswith("chatcmpl-")
+    assert completion.model == MODEL
+    choice = completion.choices[0]
+    assert choice.message.role == "assistant"
+    assert "Paris" in (choice.message.content or "")
+    assert choice.finish_reason == "stop"
+    usage = completion.usage
+    assert usage is not None
+    assert usage.prompt_tokens > 10
+    assert 0 < usage.completion_tokens <= 30
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+def test_text_parts_and_alias(gateway: RunningGateway) -> None:
+    completion = gateway.openai().chat.completions.create(
+        model="gpt-4o-mini",
+        messages=[
+            {"role": "developer", "content": "You answer briefly."},
+            {"role": "user", "content": [{"type": "text", "text": CAPITAL[0]["content"]}]},
+        ],
+        temperature=0,
+        max_tokens=30,
+    )
+    assert completion.model == "gpt-4o-mini"
+    assert "Paris" in (completion.choices[0].message.content or "")
+
+
+def test_streaming_with_include_usage(gateway: RunningGateway) -> None:
+    stream = gateway.openai().chat.completions.create(
+        model=MODEL,
+        messages=CAPITAL,
+        temperature=0,
+        max_tokens=30,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert len({c.id for c in chunks}) == 1
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "Paris" in text
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    assert finishes == ["stop"]
+    last = chunks[-1]
+    assert last.choices == []
+    assert last.usage is not None
+    assert last.usage.completion_tokens > 0
+    assert last.usage.total_tokens == last.usage.prompt_tokens + last.usage.completion_tokens
+
+
+def test_stream_ends_with_done(gateway: RunningGateway) -> None:
+    body = {"model": MODEL, "messages": CAPITAL, "max_tokens": 3, "stream": True}
+    with gateway.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        data = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+
+
+def test_stop_text_is_cut_and_not_included(gateway: RunningGateway) -> None:
+    client = gateway.openai()
+    full = client.chat.completions.create(
+        model=MODEL, messages=CAPITAL, temperature=0, max_tokens=30
+    )
+    assert "Paris" in (full.choices[0].message.content or "")
+    stopped = client.chat.completions.create(
+        model=MODEL, messages=CAPITAL, temperature=0, max_tokens=30, stop=["Paris", "zzz"]
+    )
+    content = stopped.choices[0].message.content or ""
+    assert "Paris" not in content
+    assert full.choices[0].message.content.startswith(content)  # type: ignore[union-attr]
+    assert stopped.choices[0].finish_reason == "stop"
+    streamed = client.chat.completions.create(
+        model=MODEL, messages=CAPITAL, temperature=0, max_tokens=30, stop="Paris", stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == content
+
+
+def test_seed_makes_sampling_reproducible(gateway: RunningGateway) -> None:
+    client = gateway.openai()
+    story = [{"role": "user", "content": "Write a short poem about the sea."}]
+
+    def sample(seed: int) -> str:
+        reply = client.chat.completions.create(
+            model=MODEL, messages=story, temperature=1.0, top_p=0.95, seed=seed, max_tokens=24
+        )
+        return reply.choices[0].message.content or ""
+
+    first, second = sample(1234), sample(1234)
+    assert first == second
+    others = {sample(seed) for seed in (1, 2, 3)}
+    assert len(others | {first}) > 1, "different seeds should not all give the same sample"
+
+
+def test_max_tokens_one_finishes_with_length(gateway: RunningGateway) -> None:
+    for field in ("max_tokens", "max_completion_tokens"):
+        reply = gateway.openai().chat.completions.create(
+            model=MODEL, messages=CAPITAL, temperature=0, **{field: 1}
+        )
+        assert reply.choices[0].finish_reason == "length"
+        assert reply.usage is not None and reply.usage.completion_tokens == 1
+
+
+def test_penalties_and_logit_bias_change_the_output(gateway: RunningGateway) -> None:
+    client = gateway.openai()
+    plain = client.chat.completions.create(
+        model=MODEL, messages=CAPITAL, temperature=0, max_tokens=8
+    )
+    biased = client.chat.completions.create(
+        model=MODEL,
+        messages=CAPITAL,
+        temperature=0,
+        max_tokens=8,
+        logit_bias={"504": 100},  # force one token everywhere
+    )
+    assert biased.choices[0].message.content != plain.choices[0].message.content
+    penalised = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Repeat the word 'cat' twenty times."}],
+        temperature=0,
+        max_tokens=20,
+        frequency_penalty=2.0,
+    )
+    assert penalised.choices[0].finish_reason in ("stop", "length")
+
+
+def test_models_endpoint_lists_ids_and_aliases(gateway: RunningGateway) -> None:
+    client = gateway.openai()
+    ids = [m.id for m in client.models.list()]
+    assert MODEL in ids and "gpt-4o-mini" in ids
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("no-such-model")
+
+
+def test_health_shows_the_compute_path(gateway: RunningGateway) -> None:
+    health = httpx.get(f"{gateway.base_url}/health").json()
+    assert health["status"] == "ok"
+    assert health["compute"]["device"] in ("cpu", "metal")
+    assert health["compute"]["weights"] in ("4bit", "float32")
+    assert MODEL in health["models"]
+
+
+def test_openapi_schema_describes_every_endpoint(gateway: RunningGateway) -> None:
+    schema = httpx.get(f"{gateway.base_url}/schema/openapi.json").json()
+    paths = schema["paths"]
+    for path in ("/v1/chat/completions", "/v1/models", "/v1/models/{model}", "/health", "/metrics"):
+        assert path in paths, path
+    request = paths["/v1/chat/completions"]["post"]["requestBody"]
+    assert request["required"] is True
+    assert "400" in paths["/v1/chat/completions"]["post"]["responses"]
+
+
+def test_dropped_stream_frees_the_slot_at_once(gateway: RunningGateway) -> None:
+    client = gateway.openai()
+    long_story = [{"role": "user", "content": "Tell me a very long story about dragons."}]
+    stream = client.chat.completions.create(
+        model=MODEL, messages=long_story, max_tokens=2000, temperature=0.7, stream=True
+    )
+    received = 0
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            received += 1
+        if received >= 3:
+            break
+    stream.close()
+    dropped_at = time.monotonic()
+    # Within about a token the slot is empty again (a token here is well under a second).
+    while gateway.scheduler()["slot"] is not None:
+        assert time.monotonic() - dropped_at < 5, "generation kept running after the client left"
+        time.sleep(0.05)
+    reply = client.chat.completions.create(
+        model=MODEL, messages=CAPITAL, temperature=0, max_tokens=20
+    )
+    assert "Paris" in (reply.choices[0].message.content or "")
+    assert time.monotonic() - dropped_at < 15
+    metrics = httpx.get(f"{gateway.base_url}/metrics").text
+    assert 'gateway_cancellations_total{priority="user",stage="running"}' in metrics
+
+
+def test_dropped_non_streaming_request_is_cancelled(gateway: RunningGateway) -> None:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Count to 1000."}],
+        "max_tokens": 2000,
+    }
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=2.0)
+    left_at = time.monotonic()
+    while gateway.scheduler()["slot"] is not None:
+        assert time.monotonic() - left_at < 5, "non-streaming generation kept running"
+        time.sleep(0.05)
