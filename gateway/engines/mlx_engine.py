@@ -145,10 +145,11 @@ class MLXEngine:
         detokenizer = self.tokenizer.detokenizer
         stops = StopMatcher(params.stop)
         generated: list[int] = []
+        pending = ""  # text of the last token, sent with the final event
         try:
             for token, _logprobs in steps:
                 generated.append(int(token))
-                if token in self.eos_token_ids:
+                if generated[-1] in self.eos_token_ids:
                     break
                 detokenizer.add_token(token)
                 text, stopped = stops.feed(detokenizer.last_segment)
@@ -156,14 +157,14 @@ class MLXEngine:
                     yield GenerationEvent(text, len(generated), "stop")
                     return
                 if len(generated) == params.max_tokens:
+                    pending = text
                     break
                 # An event per token, even without text: each is a point where the
                 # scheduler may cancel or preempt the job.
                 yield GenerationEvent(text, len(generated))
             detokenizer.finalize()
-            text, stopped = stops.feed(detokenizer.last_segment)
-            if not stopped:
-                text += stops.flush()
+            tail, stopped = stops.feed(detokenizer.last_segment)
+            text = pending + tail + ("" if stopped else stops.flush())
             hit_eos = bool(generated) and generated[-1] in self.eos_token_ids
             finish = "stop" if stopped or hit_eos else "length"
             yield GenerationEvent(text, len(generated), finish)

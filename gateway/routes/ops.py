@@ -25,6 +25,7 @@ class OpsController(Controller):
             "models": list(registry.models),
             "default_model": registry.default,
             "slot_busy": scheduler.running is not None,
+            "memory": next(iter(registry.models.values())).engine.memory(),
         }
 
     @get("/metrics", summary="Prometheus metrics", media_type=CONTENT_TYPE)

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import MODEL
-from tests.e2e.gateway_process import RunningGateway
+from gateway.bench.process import RunningGateway
 
 pytestmark = pytest.mark.e2e
 CAPITAL = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
@@ -215,3 +215,17 @@ def test_dropped_non_streaming_request_is_cancelled(gateway: RunningGateway) -> 
     while gateway.scheduler()["slot"] is not None:
         assert time.monotonic() - left_at < 5, "non-streaming generation kept running"
         time.sleep(0.05)
+
+
+def test_max_tokens_cuts_the_same_text_short(gateway: RunningGateway) -> None:
+    client = gateway.openai()
+
+    def text(limit: int) -> str:
+        reply = client.chat.completions.create(
+            model=MODEL, messages=CAPITAL, temperature=0, max_tokens=limit
+        )
+        return reply.choices[0].message.content or ""
+
+    three, four, full = text(3), text(4), text(30)
+    assert full.startswith(four) and four.startswith(three)
+    assert len(three) < len(four), "the last allowed token's text must not be dropped"

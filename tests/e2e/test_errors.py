@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import MODEL
-from tests.e2e.gateway_process import RunningGateway
+from gateway.bench.process import RunningGateway
 
 pytestmark = pytest.mark.e2e
 USER = [{"role": "user", "content": "Hello"}]

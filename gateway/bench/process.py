@@ -1,4 +1,4 @@
-"""Start the real gateway (``python -m gateway serve``) on the real model, for end-to-end tests."""
+"""Start the real gateway (`python -m gateway serve`) as a child process: for benchmarks and tests."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from openai import AsyncOpenAI, OpenAI
 
 START_TIMEOUT_SECONDS = 180
 
@@ -54,10 +53,14 @@ class RunningGateway:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def openai(self, **kwargs: Any) -> OpenAI:
+    def openai(self, **kwargs: Any) -> Any:
+        from openai import OpenAI  # a development dependency, used by tests only
+
         return OpenAI(base_url=f"{self.base_url}/v1", api_key="local", max_retries=0, **kwargs)
 
-    def async_openai(self, **kwargs: Any) -> AsyncOpenAI:
+    def async_openai(self, **kwargs: Any) -> Any:
+        from openai import AsyncOpenAI
+
         return AsyncOpenAI(base_url=f"{self.base_url}/v1", api_key="local", max_retries=0, **kwargs)
 
     def http(self, **kwargs: Any) -> httpx.Client:

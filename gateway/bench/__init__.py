@@ -1,0 +1,24 @@
+"""``gateway bench``: measurements with one method (see ``gateway.bench.stats``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCHMARKS = {
+    "chat": "gateway over HTTP vs raw mlx-lm: time to first token, decode tokens/s, memory",
+}
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("benchmark", choices=sorted(BENCHMARKS), nargs="?", default="chat")
+    parser.add_argument("--runs", type=int, default=5, help="measured runs (after one warm-up)")
+    parser.add_argument("--max-tokens", type=int, default=64, help="tokens to generate per run")
+    parser.add_argument("--json", help="also write the JSON result to this file")
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    if args.runs < 5:
+        print("note: fewer than 5 runs is below this project's benchmark method")
+    module = importlib.import_module(f"gateway.bench.{args.benchmark}")
+    return int(module.main(args))

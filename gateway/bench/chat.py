@@ -1,0 +1,140 @@
+"""Gateway over HTTP vs raw mlx-lm on the same fixed prompt, side by side in one run.
+
+Both decode greedily from the same weights on the same compute path; the gateway's prefix
+cache is switched off so that both prefill the whole prompt every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gateway.bench.process import start_gateway
+from gateway.bench.stats import Summary, ratio, table, write_json
+
+PROMPT = [
+    {"role": "system", "content": "You are a helpful assistant who writes vivid prose."},
+    {
+        "role": "user",
+        "content": "Write a long story about a lighthouse keeper who finds a message in a "
+        "bottle. Describe the sea, the weather and the keeper's daily routine in detail.",
+    },
+]
+SEED = 1234
+
+
+def _raw_runs(args: argparse.Namespace, model_folder: Path) -> list[dict[str, float]]:
+    from gateway.engines.device import choose_compute_path
+
+    compute = choose_compute_path()  # before MLX is imported, as the gateway does
+    import mlx.core as mx
+    from mlx_lm import load, stream_generate
+    from mlx_lm.sample_utils import make_sampler
+    from mlx_lm.utils import dequantize_model
+
+    model, tokenizer = load(str(model_folder))[:2]
+    if compute.dequantize:
+        dequantize_model(model)
+        model.set_dtype(mx.float32)
+        mx.eval(model.parameters())
+    results = []
+    for _ in range(args.runs + 1):
+        mx.random.seed(SEED)
+        mx.reset_peak_memory()
+        started = time.perf_counter()
+        prompt = tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True)
+        times: list[float] = []
+        for response in stream_generate(
+            model, tokenizer, prompt, max_tokens=args.max_tokens, sampler=make_sampler(temp=0.0)
+        ):
+            if response.text:  # counted as the gateway counts: tokens that carry text
+                times.append(time.perf_counter())
+        results.append(_measure(started, times, mx.get_peak_memory()))
+    return results
+
+
+def _measure(started: float, token_times: list[float], peak_bytes: float) -> dict[str, float]:
+    first, last = token_times[0], token_times[-1]
+    decode = (len(token_times) - 1) / (last - first) if len(token_times) > 1 else 0.0
+    return {
+        "ttft_s": first - started,
+        "decode_tps": decode,
+        "tokens": len(token_times),
+        "peak_gb": peak_bytes / 1e9,
+    }
+
+
+def _gateway_run(client: httpx.Client, model: str, max_tokens: int) -> dict[str, float]:
+    body = {
+        "model": model,
+        "messages": PROMPT,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "seed": SEED,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    times: list[float] = []
+    started = time.perf_counter()
+    with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                times.append(time.perf_counter())
+    memory = client.get("/health").json()["memory"]
+    return _measure(started, times, memory["peak"])
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from gateway.config import default_cache_dir
+    from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
+
+    folder = ModelStore(Path(args.cache_dir or default_cache_dir())).ensure(DEFAULT_MODEL_ID)
+    workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    gateway = start_gateway(workdir, {"cache": {"prefix_cache_bytes": 0}})
+    try:
+        raw = _raw_runs(args, folder)
+        with gateway.http() as client:
+            served = [
+                _gateway_run(client, DEFAULT_MODEL_ID, args.max_tokens)
+                for _ in range(args.runs + 1)
+            ]
+    finally:
+        gateway.stop()
+    raw, served = raw[1:], served[1:]  # the first run of each is the discarded warm-up
+    summaries = {
+        (metric, name): Summary.of([r[metric] for r in runs])
+        for metric in ("ttft_s", "decode_tps", "peak_gb", "tokens")
+        for name, runs in (("raw mlx-lm", raw), ("gateway (HTTP)", served))
+    }
+    print(table([(m, n, s) for (m, n), s in summaries.items()]))
+    ttft_gap_ms = 1000 * (
+        summaries[("ttft_s", "gateway (HTTP)")].median - summaries[("ttft_s", "raw mlx-lm")].median
+    )
+    decode_ratio = ratio(
+        summaries[("decode_tps", "gateway (HTTP)")], summaries[("decode_tps", "raw mlx-lm")]
+    )
+    print(f"\ngateway/raw decode tokens/s (medians): {decode_ratio:.3f}")
+    print(f"gateway - raw time to first token (medians): {ttft_gap_ms:+.1f} ms")
+    return {
+        "benchmark": "chat",
+        "runs": args.runs,
+        "max_tokens": args.max_tokens,
+        "summaries": {f"{m}/{n}": s.as_dict() for (m, n), s in summaries.items()},
+        "decode_ratio_gateway_over_raw": decode_ratio,
+        "ttft_gap_ms": ttft_gap_ms,
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    write_json(args.json, run(args))
+    return 0
