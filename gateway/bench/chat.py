@@ -10,6 +10,7 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ PROMPT = [
 SEED = 1234
 
 
-def _raw_runs(args: argparse.Namespace, model_folder: Path) -> list[dict[str, float]]:
+def _raw_runner(model_folder: Path, max_tokens: int) -> Callable[[], dict[str, float]]:
+    """Load the model as the gateway does and return one measured raw mlx-lm run."""
     from gateway.engines.device import choose_compute_path
 
     compute = choose_compute_path()  # before MLX is imported, as the gateway does
@@ -43,20 +45,21 @@ def _raw_runs(args: argparse.Namespace, model_folder: Path) -> list[dict[str, fl
         dequantize_model(model)
         model.set_dtype(mx.float32)
         mx.eval(model.parameters())
-    results = []
-    for _ in range(args.runs + 1):
+
+    def run_once() -> dict[str, float]:
         mx.random.seed(SEED)
         mx.reset_peak_memory()
         started = time.perf_counter()
         prompt = tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True)
         times: list[float] = []
         for response in stream_generate(
-            model, tokenizer, prompt, max_tokens=args.max_tokens, sampler=make_sampler(temp=0.0)
+            model, tokenizer, prompt, max_tokens=max_tokens, sampler=make_sampler(temp=0.0)
         ):
             if response.text:  # counted as the gateway counts: tokens that carry text
                 times.append(time.perf_counter())
-        results.append(_measure(started, times, mx.get_peak_memory()))
-    return results
+        return _measure(started, times, mx.get_peak_memory())
+
+    return run_once
 
 
 def _measure(started: float, token_times: list[float], peak_bytes: float) -> dict[str, float]:
@@ -101,13 +104,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     folder = ModelStore(Path(args.cache_dir or default_cache_dir())).ensure(DEFAULT_MODEL_ID)
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     gateway = start_gateway(workdir, {"cache": {"prefix_cache_bytes": 0}})
+    raw: list[dict[str, float]] = []
+    served: list[dict[str, float]] = []
     try:
-        raw = _raw_runs(args, folder)
+        raw_run = _raw_runner(folder, args.max_tokens)
         with gateway.http() as client:
-            served = [
-                _gateway_run(client, DEFAULT_MODEL_ID, args.max_tokens)
-                for _ in range(args.runs + 1)
-            ]
+            # Interleaved, so that both variants see the same machine noise.
+            for _ in range(args.runs + 1):
+                raw.append(raw_run())
+                served.append(_gateway_run(client, DEFAULT_MODEL_ID, args.max_tokens))
     finally:
         gateway.stop()
     raw, served = raw[1:], served[1:]  # the first run of each is the discarded warm-up

@@ -72,6 +72,7 @@ class MLXEngine:
         self.context_length = int(config.get("max_position_embeddings", 2048))
         self.vocab_size = int(config["vocab_size"])
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
+        mx.reset_peak_memory()  # report the serving peak, not the load-time conversion
         log.info("engine %s ready on %s", model_id, compute.as_dict())
 
     # -- prompts -----------------------------------------------------------------------------

@@ -8,8 +8,8 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import MODEL
 from gateway.bench.process import RunningGateway
+from tests.e2e.conftest import MODEL
 
 pytestmark = pytest.mark.e2e
 CAPITAL = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]

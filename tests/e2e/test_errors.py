@@ -7,8 +7,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.conftest import MODEL
 from gateway.bench.process import RunningGateway
+from tests.e2e.conftest import MODEL
 
 pytestmark = pytest.mark.e2e
 USER = [{"role": "user", "content": "Hello"}]

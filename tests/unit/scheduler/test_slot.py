@@ -1,0 +1,249 @@
+"""The single-slot scheduler with fake engine work (deterministic steps, instrumented)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from gateway.errors import QueueFullError, ServiceUnavailableError
+from gateway.metrics import GatewayMetrics
+from gateway.scheduler.jobs import Job, JobState, Priority
+from gateway.scheduler.slot import Scheduler, SchedulerConfig
+
+STEP_SECONDS = 0.002
+
+
+@dataclass
+class FakeEngine:
+    """Counts how many jobs compute at once and in which order they started."""
+
+    active: int = 0
+    max_active: int = 0
+    started: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def work(self, name: str, steps: int = 5, step_seconds: float = STEP_SECONDS):
+        def run() -> Iterator[int]:
+            self.started.append(name)
+            for index in range(steps):
+                with self.lock:
+                    self.active += 1
+                    self.max_active = max(self.max_active, self.active)
+                time.sleep(step_seconds)
+                with self.lock:
+                    self.active -= 1
+                yield index
+
+        return run
+
+
+def make_scheduler(**overrides: object) -> Scheduler:
+    config = dict(
+        max_queued={Priority.USER: 64, Priority.TASK: 64, Priority.BACKGROUND: 64},
+        max_queue_wait=30.0,
+        ageing_after=30.0,
+        pipeline_grace=0.0,
+        typing_quiet=0.0,
+    )
+    config.update(overrides)
+    return Scheduler(SchedulerConfig(**config), GatewayMetrics())  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def scheduler():
+    running = make_scheduler()
+    await running.start()
+    yield running
+    await running.stop()
+
+
+async def collect(job: Job) -> list[int]:
+    return [event async for event in job.events()]
+
+
+async def blocked_slot(scheduler: Scheduler, engine: FakeEngine, seconds: float = 0.15) -> Job:
+    """Occupy the slot with a user job so that what is submitted next queues up."""
+    blocker = scheduler.submit(
+        Job(Priority.USER, engine.work("blocker", steps=1, step_seconds=seconds), preemptible=False)
+    )
+    while scheduler.running is not blocker:
+        await asyncio.sleep(0.001)
+    return blocker
+
+
+async def test_never_two_jobs_in_the_slot_under_mixed_load(scheduler: Scheduler) -> None:
+    engine = FakeEngine()
+    jobs = [
+        scheduler.submit(Job(list(Priority)[i % 3], engine.work(f"job{i}", steps=8)))
+        for i in range(24)
+    ]
+    results = await asyncio.gather(*(collect(j) for j in jobs))
+    assert engine.max_active == 1
+    assert scheduler.max_occupancy_seen == 1
+    assert all(r == list(range(8)) for r in results), "preemption lost or duplicated steps"
+    assert all(j.state is JobState.DONE for j in jobs)
+
+
+async def test_priority_classes_then_fifo(scheduler: Scheduler) -> None:
+    engine = FakeEngine()
+    blocker = await blocked_slot(scheduler, engine)
+    names = ["bg1", "task1", "user1", "bg2", "task2", "user2"]
+    classes = {"bg": Priority.BACKGROUND, "task": Priority.TASK, "user": Priority.USER}
+    jobs = [
+        scheduler.submit(Job(classes[n.rstrip("12")], engine.work(n, steps=1), preemptible=False))
+        for n in names
+    ]
+    await asyncio.gather(blocker.wait(), *(j.wait() for j in jobs))
+    assert engine.started == ["blocker", "user1", "user2", "task1", "task2", "bg1", "bg2"]
+
+
+async def test_user_job_preempts_background_which_resumes_without_loss() -> None:
+    scheduler = make_scheduler()
+    await scheduler.start()
+    engine = FakeEngine()
+    background = scheduler.submit(
+        Job(Priority.BACKGROUND, engine.work("bg", steps=60, step_seconds=0.005))
+    )
+    events: list[int] = []
+
+    async def consume() -> None:
+        async for event in background.events():
+            events.append(event)
+
+    consumer = asyncio.create_task(consume())
+    while len(events) < 5:
+        await asyncio.sleep(0.001)
+    user = scheduler.submit(Job(Priority.USER, engine.work("user", steps=3)))
+    await user.wait()
+    assert background.state is JobState.PREEMPTED or background.preemptions == 1
+    paused_at = len(events)
+    assert paused_at < 60, "the background job should have been paused, not finished"
+    await consumer
+    assert events == list(range(60))
+    assert background.preemptions == 1
+    assert engine.max_active == 1
+    await scheduler.stop()
+
+
+async def test_cancel_queued_and_running_jobs(scheduler: Scheduler) -> None:
+    engine = FakeEngine()
+    running = scheduler.submit(
+        Job(Priority.USER, engine.work("long", steps=1000, step_seconds=0.005))
+    )
+    queued = scheduler.submit(Job(Priority.USER, engine.work("never", steps=1)))
+    while scheduler.running is not running:
+        await asyncio.sleep(0.001)
+    queued.cancel()
+    assert queued.state is JobState.CANCELLED
+    cancelled_at = time.monotonic()
+    running.cancel()
+    await running.wait()
+    assert time.monotonic() - cancelled_at < 0.1, "a running job stops within one step"
+    assert running.state is JobState.CANCELLED
+    assert "never" not in engine.started
+    follower = scheduler.submit(Job(Priority.USER, engine.work("next", steps=1)))
+    await follower.wait()
+    assert follower.state is JobState.DONE
+
+
+async def test_full_queue_is_429_with_retry_after() -> None:
+    scheduler = make_scheduler(
+        max_queued={Priority.USER: 1, Priority.TASK: 1, Priority.BACKGROUND: 1}
+    )
+    await scheduler.start()
+    engine = FakeEngine()
+    await blocked_slot(scheduler, engine, seconds=0.2)
+    scheduler.submit(Job(Priority.USER, engine.work("waits", steps=1)))
+    with pytest.raises(QueueFullError) as caught:
+        scheduler.submit(Job(Priority.USER, engine.work("refused", steps=1)))
+    assert caught.value.status_code == 429 and caught.value.retry_after >= 1
+    scheduler.submit(Job(Priority.BACKGROUND, engine.work("other class", steps=1)))  # its own queue
+    await scheduler.stop()
+
+
+async def test_waiting_too_long_is_503() -> None:
+    scheduler = make_scheduler(max_queue_wait=0.1)
+    await scheduler.start()
+    engine = FakeEngine()
+    await blocked_slot(scheduler, engine, seconds=0.4)
+    late = scheduler.submit(Job(Priority.USER, engine.work("late", steps=1)))
+    with pytest.raises(ServiceUnavailableError):
+        await late.wait()
+    assert "late" not in engine.started
+    await scheduler.stop()
+
+
+async def test_pipeline_lock_holds_background_during_the_grace() -> None:
+    scheduler = make_scheduler(pipeline_grace=0.3)
+    await scheduler.start()
+    engine = FakeEngine()
+    user = scheduler.submit(Job(Priority.USER, engine.work("user", steps=1)))
+    await user.wait()
+    ended = time.monotonic()
+    assert scheduler.snapshot()["gates"]["pipeline_lock"] is True
+    task = scheduler.submit(Job(Priority.TASK, engine.work("task", steps=1)))
+    background = scheduler.submit(Job(Priority.BACKGROUND, engine.work("bg", steps=1)))
+    await task.wait()
+    assert time.monotonic() - ended < 0.25, "task work is not held by the pipeline lock"
+    await background.wait()
+    assert time.monotonic() - ended >= 0.29
+    assert scheduler.snapshot()["gates"]["pipeline_lock"] is False
+    await scheduler.stop()
+
+
+async def test_typing_lock_holds_background_until_quiet() -> None:
+    scheduler = make_scheduler(typing_quiet=0.3)
+    await scheduler.start()
+    engine = FakeEngine()
+    scheduler.note_typing()
+    typed = time.monotonic()
+    background = scheduler.submit(Job(Priority.BACKGROUND, engine.work("bg", steps=1)))
+    user = scheduler.submit(Job(Priority.USER, engine.work("user", steps=1)))
+    await user.wait()
+    await asyncio.sleep(0.1)
+    scheduler.note_typing()  # still typing: the lock is closed again
+    retyped = time.monotonic()
+    await background.wait()
+    assert time.monotonic() - retyped >= 0.29
+    assert retyped - typed >= 0.1
+    await scheduler.stop()
+
+
+async def test_prefill_freeze_admits_only_user_jobs(scheduler: Scheduler) -> None:
+    engine = FakeEngine()
+    scheduler.hold_prefill_freeze("hint-1")
+    task = scheduler.submit(Job(Priority.TASK, engine.work("task", steps=1)))
+    background = scheduler.submit(Job(Priority.BACKGROUND, engine.work("bg", steps=1)))
+    user = scheduler.submit(Job(Priority.USER, engine.work("user", steps=1)))
+    await user.wait()
+    await asyncio.sleep(0.05)
+    assert engine.started == ["user"]
+    assert scheduler.snapshot()["gates"]["prefill_freeze"] is True
+    scheduler.release_prefill_freeze("hint-1")
+    await asyncio.gather(task.wait(), background.wait())
+    assert engine.started == ["user", "task", "bg"]
+
+
+async def test_ageing_lets_old_background_work_compete_as_a_task() -> None:
+    scheduler = make_scheduler(ageing_after=0.1)
+    await scheduler.start()
+    engine = FakeEngine()
+    blocker = await blocked_slot(scheduler, engine, seconds=0.2)
+    old_background = scheduler.submit(Job(Priority.BACKGROUND, engine.work("old-bg", steps=1)))
+    await asyncio.sleep(0.15)
+    task = scheduler.submit(Job(Priority.TASK, engine.work("task", steps=1)))
+    await asyncio.gather(blocker.wait(), old_background.wait(), task.wait())
+    assert engine.started == ["blocker", "old-bg", "task"]
+    await scheduler.stop()
+
+
+def test_priority_parsing() -> None:
+    assert Priority.parse(None, Priority.USER) is Priority.USER
+    assert Priority.parse("Background", Priority.USER) is Priority.BACKGROUND
+    with pytest.raises(Exception, match="unknown priority"):
+        Priority.parse("urgent", Priority.USER)
