@@ -133,10 +133,10 @@ class MLXEngine:
 
         prompt = generation.prompt
         cache = state.cache if state else self.new_cache()
-        tail = prompt[generation.cached_tokens :]
-        processors = make_job_logits_processors(params, len(tail))
+        uncached = prompt[generation.cached_tokens :]
+        processors = make_job_logits_processors(params, len(uncached))
         steps = generate_step(
-            mx.array(tail),
+            mx.array(uncached),
             self.model,
             max_tokens=params.max_tokens,
             sampler=make_job_sampler(params),
