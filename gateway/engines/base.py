@@ -32,7 +32,11 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class GenerationEvent:
-    """One step of a generation: new text (possibly empty) and, on the last, why it ended."""
+    """One step of a generation: new text (possibly empty) and, on the last, why it ended.
+
+    ``completion_tokens == 0`` marks a prefill chunk done: no token yet, but a point where
+    the job may be paused or cancelled.
+    """
 
     text: str
     completion_tokens: int

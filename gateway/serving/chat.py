@@ -182,6 +182,8 @@ class ChatService:
         model = run.chat.model_name
         try:
             async for event in run._events:
+                if event.completion_tokens == 0:
+                    continue  # a prefill chunk, not a token
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
                     cache = "warm" if run.cached_tokens else "cold"

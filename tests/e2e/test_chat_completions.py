@@ -12,6 +12,7 @@ from gateway.bench.process import RunningGateway
 from tests.e2e.conftest import MODEL
 
 pytestmark = pytest.mark.e2e
+NO_EOS = {"2": -100}  # <|im_end|> never sampled: the generation runs until max_tokens
 CAPITAL = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 
 
@@ -180,7 +181,12 @@ def test_dropped_stream_frees_the_slot_at_once(gateway: RunningGateway) -> None:
     client = gateway.openai()
     long_story = [{"role": "user", "content": "Tell me a very long story about dragons."}]
     stream = client.chat.completions.create(
-        model=MODEL, messages=long_story, max_tokens=2000, temperature=0.7, stream=True
+        model=MODEL,
+        messages=long_story,
+        max_tokens=2000,
+        temperature=0.7,
+        stream=True,
+        logit_bias=NO_EOS,
     )
     received = 0
     for chunk in stream:
@@ -208,6 +214,7 @@ def test_dropped_non_streaming_request_is_cancelled(gateway: RunningGateway) -> 
         "model": MODEL,
         "messages": [{"role": "user", "content": "Count to 1000."}],
         "max_tokens": 2000,
+        "logit_bias": NO_EOS,
     }
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=2.0)
