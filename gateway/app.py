@@ -29,11 +29,13 @@ from gateway.routes.chat import ChatController
 from gateway.routes.errors import EXCEPTION_HANDLERS
 from gateway.routes.models import ModelsController
 from gateway.routes.ops import OpsController
+from gateway.routes.typing import TypingController
 from gateway.scheduler.jobs import Priority
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
 from gateway.serving.chat import ChatService
 from gateway.serving.models import ModelRegistry, ServedModel
 from gateway.serving.prompt_cache import PrefixCacheStore
+from gateway.serving.typing import TypingService
 
 log = logging.getLogger("gateway")
 
@@ -52,6 +54,7 @@ class Services:
     registry: ModelRegistry
     prefix_cache: PrefixCacheStore
     chat: ChatService
+    typing: TypingService
 
 
 def mlx_engine_factory(settings: Settings) -> EngineFactory:
@@ -130,7 +133,10 @@ def create_app(settings: Settings, engine_factory: EngineFactory | None = None) 
                 )
                 models[model_id] = ServedModel(model_id, engine, int(time.time()))
             registry = ModelRegistry(models, settings.aliases, settings.default_model)
-            prefix_cache = PrefixCacheStore(settings.cache.prefix_cache_bytes)
+            prefix_cache = PrefixCacheStore(settings.cache.prefix_cache_bytes, metrics)
+            typing = TypingService(
+                registry, scheduler, metrics, prefix_cache, settings.cache.hint_idle_seconds
+            )
             app.state.services = Services(
                 settings=settings,
                 compute=compute,
@@ -138,7 +144,8 @@ def create_app(settings: Settings, engine_factory: EngineFactory | None = None) 
                 scheduler=scheduler,
                 registry=registry,
                 prefix_cache=prefix_cache,
-                chat=ChatService(registry, scheduler, metrics, prefix_cache),
+                chat=ChatService(registry, scheduler, metrics, prefix_cache, typing),
+                typing=typing,
             )
             log.info("gateway ready: models %s", ", ".join(registry.names()))
             yield
@@ -152,11 +159,11 @@ def create_app(settings: Settings, engine_factory: EngineFactory | None = None) 
         return Provide(get, sync_to_thread=False)
 
     return Litestar(
-        route_handlers=[ChatController, ModelsController, OpsController],
+        route_handlers=[ChatController, ModelsController, OpsController, TypingController],
         lifespan=[lifespan],
         dependencies={
             name: provide(name)
-            for name in ("chat", "registry", "scheduler", "metrics", "compute", "prefix_cache")
+            for name in ("chat", "typing", "registry", "scheduler", "metrics", "compute")
         },
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[ApiKeyAndMetricsMiddleware(settings.api_key, metrics)],

@@ -78,8 +78,13 @@ class Engine(Protocol):
         *,
         tools: Sequence[dict[str, Any]] | None = None,
         add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
     ) -> list[int]:
-        """Apply the model's chat template and return prompt tokens."""
+        """Apply the model's chat template and return prompt tokens.
+
+        ``continue_final_message`` leaves the last message open (no end-of-turn), for
+        pre-computing a message that is still being typed.
+        """
         ...
 
     def new_cache(self) -> KVCache: ...

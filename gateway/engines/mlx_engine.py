@@ -91,11 +91,13 @@ class MLXEngine:
         *,
         tools: Sequence[dict[str, Any]] | None = None,
         add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
     ) -> list[int]:
         rendered = self.tokenizer.apply_chat_template(
             list(messages),
             tools=list(tools) if tools else None,
-            add_generation_prompt=add_generation_prompt,
+            add_generation_prompt=add_generation_prompt and not continue_final_message,
+            continue_final_message=continue_final_message,
             tokenize=True,
         )
         if isinstance(rendered, dict):  # some transformers versions return a BatchEncoding

@@ -31,6 +31,7 @@ from gateway.scheduler.jobs import Job, Priority
 from gateway.scheduler.slot import Scheduler
 from gateway.serving.models import ModelRegistry
 from gateway.serving.prompt_cache import PrefixCacheStore
+from gateway.serving.typing import TypingService
 
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default
 
@@ -87,7 +88,9 @@ class ChatService:
         scheduler: Scheduler,
         metrics: GatewayMetrics,
         prefix_cache: PrefixCacheStore,
+        typing: TypingService,
     ) -> None:
+        self.typing = typing
         self.registry = registry
         self.scheduler = scheduler
         self.metrics = metrics
@@ -147,6 +150,7 @@ class ChatService:
 
     async def start(self, chat: PreparedChat) -> ChatRun:
         """Queue the chat and wait until it holds the slot (raises 429/503 errors)."""
+        await self.typing.join(chat.model_name, chat.prompt, chat.request.session)
         job = self.scheduler.submit(
             Job(priority=chat.priority, work=lambda: self._work(chat), kind="chat")
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.engines.base import PromptState
+from gateway.metrics import GatewayMetrics
 
 DEFAULT_MAX_ENTRIES = 64
 
@@ -19,9 +20,15 @@ DEFAULT_MAX_ENTRIES = 64
 class PrefixCacheStore:
     """Prompt states of finished generations and typing pre-prefills, by model and tokens."""
 
-    def __init__(self, max_bytes: int, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    def __init__(
+        self,
+        max_bytes: int,
+        metrics: GatewayMetrics | None = None,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+    ) -> None:
         from mlx_lm.models.cache import LRUPromptCache
 
+        self.metrics = metrics
         self.enabled = max_bytes > 0
         self._lru = LRUPromptCache(max_size=max_entries, max_bytes=max_bytes)
         self.hits = 0
@@ -61,6 +68,8 @@ class PrefixCacheStore:
         if not self.enabled or not state.tokens:
             return
         self._lru.insert_cache(model, list(state.tokens), state.cache)
+        if self.metrics is not None:
+            self.metrics.prefix_cache_bytes.set(self.nbytes)
 
     def clear(self) -> None:
         self._lru.trim_to(n_sequences=0)

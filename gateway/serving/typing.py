@@ -1,0 +1,286 @@
+"""Typing hints: pre-prefill the fixed part of a conversation while the user types.
+
+A hint renders everything already fixed (system prompt, history, and with ``draft`` the
+whole words typed so far) to tokens and queues a ``user``-class prefill job that leaves the
+KV cache in the prefix store. When the real chat request arrives it is matched to hints by
+tokens, following the design's state machine (``shared/MISSION.md`` point 3)::
+
+    queued ──▶ computing ──▶ ready ──▶ used
+      │            │           │
+      └────────────┴───────────┴──▶ aborted | superseded | expired
+
+* queued when the request comes: the pre-prefill is aborted, the request runs normally;
+* computing: the request waits for it (throwing half-computed work away is waste);
+* ready: the request uses the warm cache.
+
+The cache itself is found by token prefix in the store, so a hint that does not match the
+request is simply not used. While a hint is queued, computing or ready it holds the
+scheduler's prefill freeze; each hint also (re)closes the typing lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from gateway.engines.base import ChatMessage, Engine, PromptState
+from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
+from gateway.metrics import GatewayMetrics
+from gateway.protocol.typing import TypingHint, TypingHintRequest
+from gateway.scheduler.jobs import Job, JobState, Priority
+from gateway.scheduler.slot import Scheduler
+from gateway.serving.models import ModelRegistry
+from gateway.serving.prompt_cache import PrefixCacheStore
+
+log = logging.getLogger(__name__)
+
+# A hint still counts as matching a request whose prompt diverges this many tokens before
+# the hint's end (templates may render the end of the last fixed turn differently).
+TEMPLATE_SLACK_TOKENS = 4
+KEEP_ENDED_HINTS = 256
+
+
+class PrefillState(StrEnum):
+    QUEUED = "queued"
+    COMPUTING = "computing"
+    READY = "ready"
+    USED = "used"
+    ABORTED = "aborted"
+    SUPERSEDED = "superseded"
+    EXPIRED = "expired"
+
+
+ACTIVE = frozenset({PrefillState.QUEUED, PrefillState.COMPUTING, PrefillState.READY})
+
+
+@dataclass(frozen=True)
+class PrefillStarted:
+    """First event of a prefill job: it holds the slot; this much was cached already."""
+
+    cached_tokens: int
+
+
+@dataclass(eq=False)
+class Hint:
+    id: str
+    model: str
+    session: str | None
+    tokens: tuple[int, ...]
+    created_at: float
+    expires_at: float
+    state: PrefillState = PrefillState.QUEUED
+    cached_tokens: int = 0
+    job: Job | None = None
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+    mismatch_counted: bool = False
+    expiry: asyncio.TimerHandle | None = None
+
+    def view(self) -> TypingHint:
+        return TypingHint(
+            id=self.id,
+            state=self.state.value,
+            model=self.model,
+            session=self.session,
+            prefix_tokens=len(self.tokens),
+            cached_tokens=self.cached_tokens,
+            created_at=int(self.created_at),
+            expires_at=int(self.expires_at),
+        )
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return index
+    return min(len(a), len(b))
+
+
+def fixed_prefix_tokens(
+    engine: Engine, messages: list[ChatMessage], draft: str | None
+) -> list[int]:
+    """Tokens of everything already fixed: the conversation, plus the draft's whole words.
+
+    Without a draft: the chat template without a generation prompt. With one: the draft as
+    an unfinished user message, cut before its last word, which may still grow and so
+    tokenize differently.
+    """
+    words = (draft or "").rstrip()
+    cut = max(words.rfind(" "), words.rfind("\n"))
+    stable = words[:cut] if cut > 0 else ""
+    if not stable.strip():
+        return engine.render_chat(messages, add_generation_prompt=False)
+    return engine.render_chat(
+        [*messages, {"role": "user", "content": stable}], continue_final_message=True
+    )
+
+
+class TypingService:
+    """Owns the typing hints and their pre-prefill jobs."""
+
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        scheduler: Scheduler,
+        metrics: GatewayMetrics,
+        prefix_cache: PrefixCacheStore,
+        idle_seconds: float,
+    ) -> None:
+        self.registry = registry
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self.prefix_cache = prefix_cache
+        self.idle_seconds = idle_seconds
+        self.hints: dict[str, Hint] = {}
+        self.by_session: dict[str, Hint] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- the hint API ----------------------------------------------------------------------------
+
+    async def post(self, request: TypingHintRequest) -> Hint:
+        served = self.registry.resolve(request.model)
+        if not self.prefix_cache.enabled:
+            raise InvalidRequestError(
+                "typing hints need the prefix cache (cache.prefix_cache_bytes > 0)"
+            )
+        messages = [m.as_template_message() for m in request.messages]
+        try:
+            tokens = await asyncio.to_thread(
+                fixed_prefix_tokens, served.engine, messages, request.draft
+            )
+        except Exception as exc:
+            raise InvalidRequestError(f"cannot render messages: {exc}", param="messages") from exc
+        if len(tokens) >= served.engine.context_length:
+            raise InvalidRequestError(
+                f"the conversation has {len(tokens)} tokens; the model's context is "
+                f"{served.engine.context_length}",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        now = time.time()
+        hint = Hint(
+            id=f"hint-{uuid.uuid4().hex[:20]}",
+            model=served.id,
+            session=request.session,
+            tokens=tuple(tokens),
+            created_at=now,
+            expires_at=now + self.idle_seconds,
+        )
+        job = Job(
+            Priority.USER,
+            work=lambda: self._prefill(hint, served.engine),
+            kind="prefill",
+            preemptible=False,
+        )
+        self.scheduler.note_typing()
+        self.scheduler.hold_prefill_freeze(hint.id)
+        try:
+            hint.job = self.scheduler.submit(job)
+        except GatewayError:
+            self.scheduler.release_prefill_freeze(hint.id)
+            raise
+        previous = self.by_session.get(request.session) if request.session else None
+        if previous is not None and previous.state in ACTIVE:
+            self._end(previous, PrefillState.SUPERSEDED)
+        self._remember(hint)
+        hint.expiry = asyncio.get_running_loop().call_later(self.idle_seconds, self._expire, hint)
+        task = asyncio.create_task(self._follow(hint), name=f"follow {hint.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return hint
+
+    def get(self, hint_id: str) -> Hint:
+        try:
+            return self.hints[hint_id]
+        except KeyError:
+            raise NotFoundError(f"no typing hint {hint_id!r}", param="id") from None
+
+    def abort(self, hint_id: str) -> Hint:
+        hint = self.get(hint_id)
+        if hint.state in ACTIVE:
+            self._end(hint, PrefillState.ABORTED)
+        return hint
+
+    # -- joining a chat request ------------------------------------------------------------------
+
+    async def join(self, model: str, prompt: Sequence[int], session: str | None) -> None:
+        """Settle the hints a chat request may use, before it is queued."""
+        for hint in list(self.hints.values()):
+            if hint.state not in ACTIVE or hint.model != model:
+                continue
+            if session is not None and hint.session != session:
+                continue
+            matched = common_prefix_length(hint.tokens, prompt)
+            if matched < max(1, len(hint.tokens) - TEMPLATE_SLACK_TOKENS):
+                if not hint.mismatch_counted:
+                    hint.mismatch_counted = True
+                    self.metrics.typing_hints.labels("mismatched").inc()
+                continue
+            if hint.state is PrefillState.QUEUED:
+                self._end(hint, PrefillState.ABORTED)  # not started: run the request normally
+                continue
+            if hint.state is PrefillState.COMPUTING:
+                await hint.finished.wait()
+            if hint.state is PrefillState.READY:
+                self._end(hint, PrefillState.USED)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _prefill(self, hint: Hint, engine: Engine) -> Iterator[Any]:
+        """The pre-prefill job's steps, on the inference thread."""
+        tokens = list(hint.tokens)
+        state = self.prefix_cache.fetch(hint.model, tokens)
+        cache = state.cache if state is not None else engine.new_cache()
+        cached = len(state.tokens) if state is not None else 0
+        yield PrefillStarted(cached)
+        try:
+            yield from engine.prefill(tokens[cached:], cache)
+        finally:
+            # Also when cancelled half-way: what was computed is kept for the next hint.
+            offset = cache[0].offset
+            if offset > 0:
+                self.prefix_cache.insert(hint.model, PromptState(cache, tuple(tokens[:offset])))
+
+    async def _follow(self, hint: Hint) -> None:
+        assert hint.job is not None
+        try:
+            async for event in hint.job.events():
+                if isinstance(event, PrefillStarted) and hint.state is PrefillState.QUEUED:
+                    hint.state = PrefillState.COMPUTING
+                    hint.cached_tokens = event.cached_tokens
+        except GatewayError as exc:  # e.g. waited too long for the slot
+            log.info("typing hint %s: prefill failed: %s", hint.id, exc.message)
+        finally:
+            if hint.state is PrefillState.COMPUTING and hint.job.state is JobState.DONE:
+                hint.state = PrefillState.READY
+            elif hint.state in (PrefillState.QUEUED, PrefillState.COMPUTING):
+                self._end(hint, PrefillState.ABORTED)
+            hint.finished.set()
+
+    def _end(self, hint: Hint, state: PrefillState) -> None:
+        hint.state = state
+        if hint.job is not None and not hint.job.finished:
+            hint.job.cancel()
+        if hint.expiry is not None:
+            hint.expiry.cancel()
+        self.scheduler.release_prefill_freeze(hint.id)
+        self.metrics.typing_hints.labels(state.value).inc()
+        if self.by_session.get(hint.session or "") is hint:
+            del self.by_session[hint.session or ""]
+
+    def _expire(self, hint: Hint) -> None:
+        if hint.state in ACTIVE:
+            self._end(hint, PrefillState.EXPIRED)
+
+    def _remember(self, hint: Hint) -> None:
+        self.hints[hint.id] = hint
+        if hint.session:
+            self.by_session[hint.session] = hint
+        ended = [h for h in self.hints.values() if h.state not in ACTIVE]
+        for old in ended[: max(0, len(ended) - KEEP_ENDED_HINTS)]:
+            del self.hints[old.id]
