@@ -73,7 +73,7 @@ class Hint:
     session: str | None
     tokens: tuple[int, ...]
     created_at: float
-    expires_at: float
+    expires_at: float  # until ready: an estimate (idle time counts from readiness)
     state: PrefillState = PrefillState.QUEUED
     cached_tokens: int = 0
     job: Job | None = None
@@ -188,7 +188,6 @@ class TypingService:
         if previous is not None and previous.state in ACTIVE:
             self._end(previous, PrefillState.SUPERSEDED)
         self._remember(hint)
-        hint.expiry = asyncio.get_running_loop().call_later(self.idle_seconds, self._expire, hint)
         task = asyncio.create_task(self._follow(hint), name=f"follow {hint.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -258,6 +257,11 @@ class TypingService:
         finally:
             if hint.state is PrefillState.COMPUTING and hint.job.state is JobState.DONE:
                 hint.state = PrefillState.READY
+                # Idle from now on: a hint never expires while it waits for or holds the slot.
+                hint.expires_at = time.time() + self.idle_seconds
+                hint.expiry = asyncio.get_running_loop().call_later(
+                    self.idle_seconds, self._expire, hint
+                )
             elif hint.state in (PrefillState.QUEUED, PrefillState.COMPUTING):
                 self._end(hint, PrefillState.ABORTED)
             hint.finished.set()

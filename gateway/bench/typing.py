@@ -1,0 +1,171 @@
+"""Typing hints: time to first token cold vs after a ``ready`` hint, on a long fixed context.
+
+Every run uses a fresh context (a unique tag leads the system prompt), so a cold run can
+never hit the prefix cache and a warm run's cache comes from its own hint. A third variant
+prefills only the short new message (with a one-line system prompt): the floor that a
+perfect cache could reach. Multi-turn reuse without hints is measured too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gateway.bench.process import start_gateway
+from gateway.bench.stats import Summary, ratio, table, write_json
+from gateway.modelstore.store import DEFAULT_MODEL_ID
+
+NEW_MESSAGE = "Given all that, which city should I visit first, and why?"
+CITIES = ["Lisbon", "Porto", "Seville", "Valencia", "Bologna", "Lyon", "Ghent", "Krakow"]
+
+
+def fixed_context(tag: str) -> list[dict[str, str]]:
+    """A system prompt with a user profile plus a few turns of history: over 1,500 tokens."""
+    profile = " ".join(
+        f"Note {i}: the user enjoyed {city} for its food, its museums and its old streets, "
+        f"and would go back in spring if the trains were cheap."
+        for i, city in enumerate(CITIES * 3)
+    )
+    messages = [
+        {
+            "role": "system",
+            "content": f"Session {tag}. You are a careful travel assistant. Profile: {profile}",
+        }
+    ]
+    for city in CITIES[:6]:
+        messages.append(
+            {"role": "user", "content": f"What should I know about {city} before I go?"}
+        )
+        messages.append(
+            {
+                "role": "assistant",
+                "content": f"{city} is best explored on foot; book museums ahead, try the local "
+                f"markets in the morning, and keep an evening free for a long dinner.",
+            }
+        )
+    return messages
+
+
+def _ttft(client: httpx.Client, messages: list[dict[str, str]]) -> tuple[float, dict[str, Any]]:
+    body = {
+        "model": DEFAULT_MODEL_ID,
+        "messages": messages,
+        "max_tokens": 4,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    first = None
+    usage: dict[str, Any] = {}
+    started = time.perf_counter()
+    with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if first is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                first = time.perf_counter() - started
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+    assert first is not None, "no token received"
+    return first, usage
+
+
+def _ready_hint(client: httpx.Client, messages: list[dict[str, str]]) -> dict[str, Any]:
+    hint = client.post("/v1/typing", json={"messages": messages}).json()
+    while hint["state"] in ("queued", "computing"):
+        time.sleep(0.05)
+        hint = client.get(f"/v1/typing/{hint['id']}").json()
+    if hint["state"] != "ready":
+        raise RuntimeError(f"hint ended {hint['state']}")
+    return hint
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    gateway = start_gateway(workdir, {"cache": {"hint_idle_seconds": 3600}})
+    samples: dict[str, list[float]] = {"cold": [], "warm (ready hint)": [], "tail only": []}
+    details: list[dict[str, Any]] = []
+    question = {"role": "user", "content": NEW_MESSAGE}
+    try:
+        with httpx.Client(base_url=gateway.base_url, timeout=600) as client:
+            for _ in range(args.runs + 1):
+                cold, cold_usage = _ttft(client, [*fixed_context(uuid.uuid4().hex[:8]), question])
+                warm_context = fixed_context(uuid.uuid4().hex[:8])
+                hint = _ready_hint(client, warm_context)
+                warm, warm_usage = _ttft(client, [*warm_context, question])
+                tail_system = {"role": "system", "content": f"Session {uuid.uuid4().hex[:8]}."}
+                tail, tail_usage = _ttft(client, [tail_system, question])
+                samples["cold"].append(cold)
+                samples["warm (ready hint)"].append(warm)
+                samples["tail only"].append(tail)
+                details.append(
+                    {
+                        "cold_prompt_tokens": cold_usage["prompt_tokens"],
+                        "warm_prompt_tokens": warm_usage["prompt_tokens"],
+                        "warm_cached_tokens": warm_usage["prompt_tokens_details"]["cached_tokens"],
+                        "hint_prefix_tokens": hint["prefix_tokens"],
+                        "tail_only_prompt_tokens": tail_usage["prompt_tokens"],
+                    }
+                )
+            turn_one = [*fixed_context(uuid.uuid4().hex[:8])[:3], question]
+            reply = client.post(
+                "/v1/chat/completions",
+                json={
+                    "model": DEFAULT_MODEL_ID,
+                    "messages": turn_one,
+                    "max_tokens": 40,
+                    "temperature": 0,
+                },
+            ).json()
+            answer = reply["choices"][0]["message"]["content"]
+            turn_two = [
+                *turn_one,
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": "And the second?"},
+            ]
+            second = client.post(
+                "/v1/chat/completions",
+                json={
+                    "model": DEFAULT_MODEL_ID,
+                    "messages": turn_two,
+                    "max_tokens": 4,
+                    "temperature": 0,
+                },
+            ).json()
+    finally:
+        gateway.stop()
+    summaries = {name: Summary.of(values[1:]) for name, values in samples.items()}
+    print(table([("time to first token (s)", name, s) for name, s in summaries.items()]))
+    speedup = ratio(summaries["cold"], summaries["warm (ready hint)"])
+    versus_tail = ratio(summaries["warm (ready hint)"], summaries["tail only"])
+    turn_one_total = reply["usage"]["prompt_tokens"] + reply["usage"]["completion_tokens"]
+    reused = second["usage"]["prompt_tokens_details"]["cached_tokens"] / turn_one_total
+    print(f"\ncold/warm (medians): {speedup:.1f}x   warm/tail-only (medians): {versus_tail:.2f}")
+    print(f"tokens of the last run: {details[-1]}")
+    print(
+        f"multi-turn without hints: turn 2 cached {second['usage']['prompt_tokens_details']['cached_tokens']}"
+        f" of turn 1's {turn_one_total} prompt+answer tokens ({100 * reused:.1f}%)"
+    )
+    return {
+        "benchmark": "typing",
+        "runs": args.runs,
+        "summaries": {name: s.as_dict() for name, s in summaries.items()},
+        "ratio_cold_over_warm": speedup,
+        "ratio_warm_over_tail_only": versus_tail,
+        "tokens": details[1:],
+        "multi_turn_reuse_fraction": reused,
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    write_json(args.json, run(args))
+    return 0
