@@ -81,6 +81,7 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
         ageing_after=s.ageing_seconds,
         pipeline_grace=s.pipeline_grace_seconds,
         typing_quiet=s.typing_quiet_seconds,
+        max_paused_with_memory=s.max_paused_with_cache,
     )
 
 

@@ -40,6 +40,11 @@ class SchedulerSettings(_Section):
     pipeline_grace_seconds: float = Field(
         0.5, ge=0, description="The pipeline lock stays closed this long after a user job."
     )
+    max_paused_with_cache: int = Field(
+        4,
+        ge=0,
+        description="Preempted jobs that keep their KV cache; the rest recompute on resume.",
+    )
     typing_quiet_seconds: float = Field(
         2.0, ge=0, description="Background work waits until typing has paused this long."
     )

@@ -78,6 +78,12 @@ class GatewayMetrics:
             ["priority"],
             registry=r,
         )
+        self.paused_memory_released = Counter(
+            "gateway_paused_memory_released",
+            "Paused jobs that gave up their KV cache (recomputed on resume) to bound memory.",
+            ["priority"],
+            registry=r,
+        )
         self.cancellations = Counter(
             "gateway_cancellations",
             "Jobs withdrawn (client gone, timeout) by where they were.",

@@ -64,6 +64,10 @@ class Generation(Protocol):
 
     def close(self) -> None: ...
 
+    def release_cache(self) -> bool:
+        """While paused: free the KV cache, to be recomputed on resume (False: cannot)."""
+        ...
+
 
 class Engine(Protocol):
     """A loaded model behind the gateway's one interface."""

@@ -36,6 +36,8 @@ class MLXGeneration:
         self.prompt = list(prompt)
         self.cached_tokens = len(state.tokens) if state else 0
         self.state: PromptState | None = None
+        self._cache: KVCache | None = None
+        self._released_offset = 0  # > 0 while the cache is released: the tokens to recompute
         self._events: Generator[GenerationEvent, None, None] = engine._run(self, params, state)
 
     def __iter__(self) -> Iterator[GenerationEvent]:
@@ -46,6 +48,24 @@ class MLXGeneration:
 
     def close(self) -> None:
         self._events.close()
+
+    def release_cache(self) -> bool:
+        """Free the KV cache of a paused generation; it is recomputed when it resumes.
+
+        The recomputation feeds the prompt and the tokens produced so far into the same
+        cache objects, so mlx-lm's loop, the sampler's key and the stop matcher carry on
+        exactly where they were. Returns False when the cache type cannot be released.
+        """
+        from mlx_lm.models.cache import KVCache
+
+        cache = self._cache
+        if not cache or self._released_offset or not all(type(c) is KVCache for c in cache):
+            return False
+        self._released_offset = cache[0].offset
+        for layer in cache:
+            layer.keys = layer.values = None
+            layer.offset = 0
+        return True
 
 
 class MLXEngine:
@@ -143,6 +163,16 @@ class MLXEngine:
 
         prompt = generation.prompt
         cache = state.cache if state else self.new_cache()
+        generation._cache = cache
+        generated: list[int] = []
+
+        def restore_released_cache() -> None:
+            if generation._released_offset:
+                fed = (prompt + generated)[: generation._released_offset]
+                for _done in self.prefill(fed, cache):
+                    pass
+                generation._released_offset = 0
+
         uncached = prompt[generation.cached_tokens :]
         if len(uncached) > self.prefill_chunk_tokens:
             # Prefill all but the last token here, chunk by chunk, so that a long prompt
@@ -150,6 +180,7 @@ class MLXEngine:
             try:
                 for _done in self.prefill(uncached[:-1], cache):
                     yield GenerationEvent("", 0)
+                    restore_released_cache()
             finally:
                 generation.state = PromptState(cache, tuple(prompt[: cache[0].offset]))
             uncached = uncached[-1:]
@@ -164,7 +195,6 @@ class MLXEngine:
         )
         detokenizer = self.tokenizer.detokenizer
         stops = StopMatcher(params.stop)
-        generated: list[int] = []
         pending = ""  # text of the last token, sent with the final event
         try:
             for token, _logprobs in steps:
@@ -182,6 +212,7 @@ class MLXEngine:
                 # An event per token, even without text: each is a point where the
                 # scheduler may cancel or preempt the job.
                 yield GenerationEvent(text, len(generated))
+                restore_released_cache()
             detokenizer.finalize()
             tail, stopped = stops.feed(detokenizer.last_segment)
             text = pending + tail + ("" if stopped else stops.flush())

@@ -75,6 +75,10 @@ class Job:
     cancel_requested: bool = False
     preempt_requested: bool = False
     steps: Iterator[Any] | None = None
+    # Set by the work while it runs: frees the job's engine memory while it is paused (it
+    # is recomputed on resume). Called on the inference thread; False if it cannot.
+    release_memory: Callable[[], bool] | None = None
+    memory_released: bool = False
     _outbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     _cancel_hook: Callable[[Job], None] | None = None
 

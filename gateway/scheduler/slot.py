@@ -39,6 +39,7 @@ class SchedulerConfig:
     ageing_after: float = 60.0
     pipeline_grace: float = 0.5
     typing_quiet: float = 2.0
+    max_paused_with_memory: int = 4
 
 
 class _SliceEnd:
@@ -262,6 +263,7 @@ class Scheduler:
             job.preemptions += 1
             self.metrics.preemptions.labels(job.priority.label).inc()
             self.queues[job.priority].appendleft(job)
+            await self._limit_paused_memory()
         elif end == _SliceEnd.CANCELLED:
             self.metrics.cancellations.labels(job.priority.label, "running").inc()
             self._finish(job, JobState.CANCELLED)
@@ -271,8 +273,31 @@ class Scheduler:
             self._mean_job_seconds = 0.8 * self._mean_job_seconds + 0.2 * held
             self._finish(job, JobState.DONE)
 
+    async def _limit_paused_memory(self) -> None:
+        """Keep at most ``max_paused_with_memory`` paused jobs holding engine memory.
+
+        The ones paused longest give theirs up first; they recompute on resume.
+        """
+        holding = [
+            job
+            for queue in self.queues.values()
+            for job in queue
+            if job.state is JobState.PREEMPTED and job.release_memory and not job.memory_released
+        ]
+        excess = len(holding) - self.config.max_paused_with_memory
+        if excess <= 0:
+            return
+        holding.sort(key=lambda job: job.started_at or 0.0)
+        loop = asyncio.get_running_loop()
+        for job in holding[:excess]:
+            assert job.release_memory is not None
+            if await loop.run_in_executor(self._thread, job.release_memory):
+                job.memory_released = True
+                self.metrics.paused_memory_released.labels(job.priority.label).inc()
+
     def _run_slice(self, job: Job, loop: asyncio.AbstractEventLoop) -> str:
         """Run ``job`` on the inference thread until it ends, is cancelled or is preempted."""
+        job.memory_released = False  # resuming recomputes whatever was released
         with self._occupancy_lock:
             self._occupancy += 1
             self.max_occupancy_seen = max(self.max_occupancy_seen, self._occupancy)

@@ -151,9 +151,8 @@ class ChatService:
     async def start(self, chat: PreparedChat) -> ChatRun:
         """Queue the chat and wait until it holds the slot (raises 429/503 errors)."""
         await self.typing.join(chat.model_name, chat.prompt, chat.request.session)
-        job = self.scheduler.submit(
-            Job(priority=chat.priority, work=lambda: self._work(chat), kind="chat")
-        )
+        job = Job(priority=chat.priority, work=lambda: self._work(chat, job), kind="chat")
+        self.scheduler.submit(job)
         run = ChatRun(chat, job)
         run._events = job.events()
         try:
@@ -167,11 +166,12 @@ class ChatService:
         run.cached_tokens = first.cached_tokens
         return run
 
-    def _work(self, chat: PreparedChat) -> Iterator[Any]:
+    def _work(self, chat: PreparedChat, job: Job) -> Iterator[Any]:
         """The job's steps, on the inference thread: reuse a cached prefix, then generate."""
         engine = chat.engine
         state = self.prefix_cache.fetch(chat.model_name, chat.prompt)
         generation = engine.generate(chat.prompt, chat.params, state)
+        job.release_memory = generation.release_cache
         yield ChatStart(generation.cached_tokens)
         try:
             yield from generation

@@ -71,9 +71,12 @@ def _preemptions(gateway: RunningGateway) -> float:
     return 0.0
 
 
+@pytest.mark.parametrize("which", ["gateway", "tight_gateway"])
 def test_preempted_background_generation_resumes_with_identical_output(
-    gateway: RunningGateway,
+    which: str, request: pytest.FixtureRequest
 ) -> None:
+    # tight_gateway keeps no paused KV cache: the resumed job recomputes prompt + tokens.
+    gateway: RunningGateway = request.getfixturevalue(which)
     reference = _stream_text(gateway)
     before = _preemptions(gateway)
     user_answers: list[str] = []
@@ -101,13 +104,23 @@ def test_preempted_background_generation_resumes_with_identical_output(
     assert user_answers and user_answers[0]
     assert _preemptions(gateway) >= before + 1, "the background job should have been preempted"
     assert resumed == reference
+    if which == "tight_gateway":
+        assert (
+            "gateway_paused_memory_released_total" in httpx.get(f"{gateway.base_url}/metrics").text
+        )
 
 
 @pytest.fixture(scope="module")
 def tight_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
     running = start_gateway(
         tmp_path_factory.mktemp("tight"),
-        {"scheduler": {"max_queued_user": 1, "max_queue_wait_seconds": 1.5}},
+        {
+            "scheduler": {
+                "max_queued_user": 1,
+                "max_queue_wait_seconds": 1.5,
+                "max_paused_with_cache": 0,
+            }
+        },
     )
     yield running
     running.stop()

@@ -247,3 +247,38 @@ def test_priority_parsing() -> None:
     assert Priority.parse("Background", Priority.USER) is Priority.BACKGROUND
     with pytest.raises(Exception, match="unknown priority"):
         Priority.parse("urgent", Priority.USER)
+
+
+async def test_paused_jobs_beyond_the_limit_release_their_memory() -> None:
+    scheduler = make_scheduler(max_paused_with_memory=1)
+    await scheduler.start()
+    engine = FakeEngine()
+    released: list[str] = []
+
+    def holding_memory(priority: Priority, name: str) -> Job:
+        job = Job(priority, lambda: iter(()))
+
+        def work() -> Iterator[int]:
+            job.release_memory = lambda: not released.append(name)
+            yield from engine.work(name, steps=60, step_seconds=0.005)()
+
+        job.work = work
+        return job
+
+    async def running(job: Job) -> None:
+        while scheduler.running is not job or job.steps is None:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.02)
+
+    background = scheduler.submit(holding_memory(Priority.BACKGROUND, "background"))
+    await running(background)
+    task = scheduler.submit(holding_memory(Priority.TASK, "task"))  # waits: tasks do not preempt
+    await scheduler.submit(Job(Priority.USER, engine.work("user1", steps=2))).wait()
+    assert released == [], "one paused job may keep its memory"
+    await running(task)
+    await scheduler.submit(Job(Priority.USER, engine.work("user2", steps=2))).wait()
+    assert released == ["background"], "the job paused longest gives its memory up first"
+    results = await asyncio.gather(collect(background), collect(task))
+    assert results == [list(range(60)), list(range(60))]
+    assert not background.memory_released, "resuming clears the released mark"
+    await scheduler.stop()
