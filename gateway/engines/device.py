@@ -56,6 +56,17 @@ def _is_apple_silicon() -> bool:
     return sys.platform == "darwin" and platform.machine() == "arm64"
 
 
+def _openblas_core(library: ctypes.CDLL) -> str:
+    # Which kernels OpenBLAS picked for this CPU: an old OpenBLAS on a newer CPU falls back to
+    # generic ones (seen here: "Prescott" on a Sapphire Rapids Xeon, ~8x slower sgemm).
+    # OPENBLAS_CORETYPE overrides it; the gateway reports it and leaves that choice alone.
+    try:
+        library.openblas_get_corename.restype = ctypes.c_char_p
+        return str(library.openblas_get_corename().decode())
+    except (AttributeError, UnicodeDecodeError):
+        return "unknown"
+
+
 def _load_openblas() -> str | None:
     if "mlx.core" in sys.modules:
         # Too late: MLX has already bound its BLAS symbols.
@@ -64,10 +75,10 @@ def _load_openblas() -> str | None:
     for path in (override,) if override else OPENBLAS_CANDIDATES:
         if path and os.path.exists(path):
             try:
-                ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
+                library = ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
             except OSError:
                 continue
-            return path
+            return f"{path} core={_openblas_core(library)}"
     return None
 
 

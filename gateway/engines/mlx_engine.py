@@ -155,10 +155,7 @@ class MLXEngine:
     def _run(
         self, generation: MLXGeneration, params: SamplingParams, state: PromptState | None
     ) -> Generator[GenerationEvent, None, None]:
-        import mlx.core as mx
-        from mlx_lm.generate import generate_step
 
-        from gateway.engines.sampling import make_job_logits_processors, make_job_sampler
         from gateway.engines.stops import StopMatcher
 
         prompt = generation.prompt
@@ -174,31 +171,25 @@ class MLXEngine:
                 generation._released_offset = 0
 
         uncached = prompt[generation.cached_tokens :]
-        if len(uncached) > self.prefill_chunk_tokens:
-            # Prefill all but the last token here, chunk by chunk, so that a long prompt
-            # can be paused or cancelled; mlx-lm's loop then starts from the last token.
+        chunk = self.prefill_chunk_tokens
+        if len(uncached) > chunk:
+            # Prefill whole chunks here, so that a long prompt can be paused or cancelled
+            # between them; the last (partial) chunk goes with the first token's pass.
+            head = len(uncached) - (len(uncached) % chunk or chunk)
             try:
-                for _done in self.prefill(uncached[:-1], cache):
+                for _done in self.prefill(uncached[:head], cache):
                     yield GenerationEvent("", 0)
                     restore_released_cache()
             finally:
                 generation.state = PromptState(cache, tuple(prompt[: cache[0].offset]))
-            uncached = uncached[-1:]
-        processors = make_job_logits_processors(params, len(uncached))
-        steps = generate_step(
-            mx.array(uncached),
-            self.model,
-            max_tokens=params.max_tokens,
-            sampler=make_job_sampler(params),
-            logits_processors=processors or None,
-            prompt_cache=cache,
-        )
+            uncached = uncached[head:]
+        steps = self._sampled_tokens(uncached, cache, params)
         detokenizer = self.tokenizer.detokenizer
         stops = StopMatcher(params.stop)
         pending = ""  # text of the last token, sent with the final event
         try:
-            for token, _logprobs in steps:
-                generated.append(int(token))
+            for token in steps:
+                generated.append(token)
                 if generated[-1] in self.eos_token_ids:
                     break
                 detokenizer.add_token(token)
@@ -225,6 +216,46 @@ class MLXEngine:
             # step ahead, so that is the prompt and all or all but the last generated token.
             offset = cache[0].offset if cache else 0
             generation.state = PromptState(cache, tuple((prompt + generated)[:offset]))
+
+    def _sampled_tokens(
+        self, uncached: list[int], cache: KVCache, params: SamplingParams
+    ) -> Generator[int, None, None]:
+        """Token ids: the first from one pass over the uncached prompt, the rest from mlx-lm.
+
+        mlx-lm's ``generate_step`` prefills all but the last prompt token and then runs the
+        last one alone: one more forward pass before the first token, which on a long
+        cached context costs a decode step's worth of attention. Here the first token comes
+        from a single pass; mlx-lm's pipelined loop (same sampler, same processors, same
+        cache) takes over from it.
+        """
+        import mlx.core as mx
+        from mlx_lm.generate import generate_step
+
+        from gateway.engines.sampling import make_job_logits_processors, make_job_sampler
+
+        sampler = make_job_sampler(params)
+        fed = mx.array(uncached)
+        logits = self.model(fed[None], cache=cache)[:, -1, :]
+        for processor in make_job_logits_processors(params, len(uncached)):
+            logits = processor(fed, logits)
+        first = int(sampler(logits - mx.logsumexp(logits, keepdims=True)).item())  # type: ignore[arg-type]
+        yield first
+        if params.max_tokens <= 1:
+            return
+        processors = make_job_logits_processors(params, 0)  # history: the completion only
+        steps = generate_step(
+            mx.array([first]),
+            self.model,
+            max_tokens=params.max_tokens - 1,
+            sampler=sampler,
+            logits_processors=processors or None,
+            prompt_cache=cache,
+        )
+        try:
+            for token, _logprobs in steps:
+                yield int(token)
+        finally:
+            steps.close()
 
     def memory(self) -> dict[str, int]:
         import mlx.core as mx

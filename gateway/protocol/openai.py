@@ -8,11 +8,24 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 MAX_STOP_SEQUENCES = 16
+
+
+def _reject_tools(value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    if value:
+        raise ValueError("tool calling is not supported yet")
+    return value
+
+
+NoTools = Annotated[
+    list[dict[str, Any]] | None,
+    AfterValidator(_reject_tools),
+    Field(description="Tool calling is not supported yet: send none or an empty list."),
+]
 
 
 class _Strict(BaseModel):
@@ -74,9 +87,7 @@ class ChatCompletionRequest(_Strict):
     )
     user: str | None = None
     response_format: ResponseFormat | None = None
-    tools: list[dict[str, Any]] | None = Field(
-        None, description="Tool calling is not supported yet: send none or an empty list."
-    )
+    tools: NoTools = None
     tool_choice: Literal["none"] | None = None
     logprobs: Literal[False] | None = Field(
         None, description="Log probabilities are not supported."
@@ -104,13 +115,6 @@ class ChatCompletionRequest(_Strict):
                 raise ValueError(f"logit_bias keys are token ids; got {key!r}")
             if not -100 <= bias <= 100:
                 raise ValueError(f"logit_bias values must be in [-100, 100]; got {bias}")
-        return value
-
-    @field_validator("tools")
-    @classmethod
-    def _check_tools(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        if value:
-            raise ValueError("tool calling is not supported yet")
         return value
 
     def stop_list(self) -> list[str]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.protocol.openai import ChatMessage
+from gateway.protocol.openai import ChatMessage, NoTools
 
 HintStateName = Literal["queued", "computing", "ready", "used", "aborted", "superseded", "expired"]
 
@@ -20,9 +20,7 @@ class TypingHintRequest(BaseModel):
     messages: list[ChatMessage] = Field(
         min_length=1, description="Everything that will precede the message being typed."
     )
-    tools: list[dict[str, Any]] | None = Field(
-        None, description="Tool calling is not supported yet: send none or an empty list."
-    )
+    tools: NoTools = None
     session: str | None = Field(
         None,
         min_length=1,
@@ -30,13 +28,6 @@ class TypingHintRequest(BaseModel):
         description="A newer hint of the same session supersedes the older one.",
     )
     draft: str | None = Field(None, description="The text typed so far (progressive hints).")
-
-    @field_validator("tools")
-    @classmethod
-    def _check_tools(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        if value:
-            raise ValueError("tool calling is not supported yet")
-        return value
 
 
 class TypingHint(BaseModel):

@@ -42,6 +42,11 @@ def assert_envelope(body: dict[str, Any], param: str | None = None) -> dict[str,
         ({"model": MODEL, "messages": USER, "logit_bias": {"abc": 1}}, "logit_bias"),
         ({"model": MODEL, "messages": USER, "priority": "urgent"}, "priority"),
         ({"messages": USER}, "model"),
+        ({"model": MODEL, "messages": USER, "tools": [{"type": "function"}]}, "tools"),
+        (
+            {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            None,
+        ),
     ],
 )
 def test_invalid_requests_get_400(
