@@ -1,7 +1,9 @@
 # The two commands of the README: `make serve` and `make test`. Each sets itself up.
 SHELL := /bin/bash
-PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
-	if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then echo $$p; break; fi; done)
+ifndef PYTHON
+PYTHON := $(shell for p in python3.13 python3.12 python3.11 python3; do \
+	if $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; then echo $$p; break; fi; done)
+endif
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp

@@ -25,7 +25,7 @@ def make_job_sampler(params: SamplingParams) -> Sampler:
     if params.temperature == 0:
         return greedy_sampler
     seed = params.seed if params.seed is not None else secrets.randbits(63)
-    key = mx.random.key(seed)
+    key = mx.random.key(seed % 2**64)  # OpenAI seeds are signed 64-bit; MLX keys unsigned
     inverse_temperature = 1.0 / params.temperature
     top_p = params.top_p
 

@@ -76,7 +76,7 @@ class ChatCompletionRequest(_Strict):
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int | None = Field(None, ge=1, le=1, description="Only n=1 is supported.")

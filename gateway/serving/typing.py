@@ -254,6 +254,8 @@ class TypingService:
                     hint.cached_tokens = event.cached_tokens
         except GatewayError as exc:  # e.g. waited too long for the slot
             log.info("typing hint %s: prefill failed: %s", hint.id, exc.message)
+        except Exception:
+            log.exception("typing hint %s: prefill failed", hint.id)
         finally:
             if hint.state is PrefillState.COMPUTING and hint.job.state is JobState.DONE:
                 hint.state = PrefillState.READY
