@@ -1,0 +1,33 @@
+"""The app's wiring in-process (Litestar's test client, a fake engine): auth and metrics."""
+
+from __future__ import annotations
+
+from litestar.testing import AsyncTestClient
+
+from gateway.app import create_app
+from gateway.config import load_settings
+from tests.unit.fake_engine import ANSWER, FakeEngine
+
+BODY = {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "hi"}]}
+
+
+async def test_a_secret_is_required_everywhere_but_health() -> None:
+    settings = load_settings(
+        overrides={"api_key": "s3cret", "cache": {"prefix_cache_bytes": 0}}, environ={}
+    )
+    app = create_app(settings, engine_factory=lambda model_id, compute: FakeEngine())  # type: ignore[arg-type,return-value]
+    async with AsyncTestClient(app) as client:
+        assert (await client.get("/health")).status_code == 200
+        denied = await client.post("/v1/chat/completions", json=BODY)
+        assert denied.status_code == 401
+        assert denied.json()["error"]["code"] == "invalid_api_key"
+        wrong = await client.get("/v1/models", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        allowed = await client.post(
+            "/v1/chat/completions", json=BODY, headers={"Authorization": "Bearer s3cret"}
+        )
+        assert allowed.status_code == 200
+        assert allowed.json()["choices"][0]["message"]["content"] == ANSWER
+        metrics = (await client.get("/metrics", headers={"Authorization": "Bearer s3cret"})).text
+        assert 'gateway_requests_total{route="/v1/chat/completions",status="401"} 1.0' in metrics
+        assert 'gateway_requests_total{route="/v1/chat/completions",status="200"} 1.0' in metrics
