@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -105,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # transformers (used only for the tokenizer) warns at import that PyTorch is missing;
+    # the gateway never needs PyTorch, so the warning is noise.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
