@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from gateway.engines.base import ChatMessage, GenerationEvent, KVCache, PromptState, SamplingParams
 from gateway.engines.device import ComputePath
+from gateway.engines.stops import StopMatcher
 
 log = logging.getLogger(__name__)
 
@@ -155,9 +156,6 @@ class MLXEngine:
     def _run(
         self, generation: MLXGeneration, params: SamplingParams, state: PromptState | None
     ) -> Generator[GenerationEvent, None, None]:
-
-        from gateway.engines.stops import StopMatcher
-
         prompt = generation.prompt
         cache = state.cache if state else self.new_cache()
         generation._cache = cache
