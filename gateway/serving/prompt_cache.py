@@ -31,8 +31,6 @@ class PrefixCacheStore:
         self.metrics = metrics
         self.enabled = max_bytes > 0
         self._lru = LRUPromptCache(max_size=max_entries, max_bytes=max_bytes)
-        self.hits = 0
-        self.misses = 0
 
     @property
     def nbytes(self) -> int:
@@ -58,9 +56,7 @@ class PrefixCacheStore:
                 trim_prompt_cache(cache, 1)
                 rest = tokens[-1:]
         if cache is None:
-            self.misses += 1
             return None
-        self.hits += 1
         return PromptState(cache, tuple(tokens[: len(tokens) - len(rest)]))
 
     def insert(self, model: str, state: PromptState) -> None:
@@ -70,6 +66,3 @@ class PrefixCacheStore:
         self._lru.insert_cache(model, list(state.tokens), state.cache)
         if self.metrics is not None:
             self.metrics.prefix_cache_bytes.set(self.nbytes)
-
-    def clear(self) -> None:
-        self._lru.trim_to(n_sequences=0)
