@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, post
-from litestar.params import Parameter
+from litestar.di import NamedDependency
+from litestar.params import HeaderParameter, JSONBody
 from sse_starlette import EventSourceResponse
 
 from gateway.errors import GatewayError
@@ -60,13 +61,16 @@ class ChatController(Controller):
     async def create(
         self,
         request: Request[Any, Any, Any],
-        data: ChatCompletionRequest,
-        chat: ChatService,
-        x_gateway_priority: str | None = Parameter(
-            header="X-Gateway-Priority",
-            required=False,
-            description="(gateway extension) user | task | background",
-        ),
+        data: JSONBody[ChatCompletionRequest],
+        chat: NamedDependency[ChatService],
+        x_gateway_priority: Annotated[
+            str | None,
+            HeaderParameter(
+                name="X-Gateway-Priority",
+                required=False,
+                description="(gateway extension) user | task | background",
+            ),
+        ] = None,
     ) -> Response[Any]:
         prepared = await chat.prepare(data, x_gateway_priority)
         try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from litestar import Controller, get
+from litestar.di import NamedDependency
+from litestar.params import FromPath
 
 from gateway.protocol.openai import Model, ModelList
 from gateway.routes.errors import ERROR_RESPONSES
@@ -14,11 +16,13 @@ class ModelsController(Controller):
     tags = ["OpenAI"]
 
     @get("", summary="List models (ids and configured aliases)")
-    async def list_models(self, registry: ModelRegistry) -> ModelList:
+    async def list_models(self, registry: NamedDependency[ModelRegistry]) -> ModelList:
         return ModelList(data=[_model(registry, name) for name in registry.names()])
 
     @get("/{model:str}", summary="Retrieve a model", responses=ERROR_RESPONSES)
-    async def retrieve(self, model: str, registry: ModelRegistry) -> Model:
+    async def retrieve(
+        self, model: FromPath[str], registry: NamedDependency[ModelRegistry]
+    ) -> Model:
         registry.resolve(model)
         return _model(registry, model)
 

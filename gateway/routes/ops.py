@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Controller, MediaType, Response, get
+from litestar.di import NamedDependency
 
 from gateway.engines.device import ComputePath
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
@@ -17,7 +18,10 @@ class OpsController(Controller):
 
     @get("/health", summary="Liveness, the compute path and the loaded models")
     async def health(
-        self, registry: ModelRegistry, compute: ComputePath, scheduler: Scheduler
+        self,
+        registry: NamedDependency[ModelRegistry],
+        compute: NamedDependency[ComputePath],
+        scheduler: NamedDependency[Scheduler],
     ) -> dict[str, Any]:
         return {
             "status": "ok",
@@ -29,7 +33,7 @@ class OpsController(Controller):
         }
 
     @get("/metrics", summary="Prometheus metrics", media_type=CONTENT_TYPE)
-    async def metrics(self, metrics: GatewayMetrics) -> Response[bytes]:
+    async def metrics(self, metrics: NamedDependency[GatewayMetrics]) -> Response[bytes]:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE)
 
     @get(
@@ -37,5 +41,5 @@ class OpsController(Controller):
         summary="(gateway extension) The inference slot, the queues and the gates",
         media_type=MediaType.JSON,
     )
-    async def scheduler_view(self, scheduler: Scheduler) -> dict[str, Any]:
+    async def scheduler_view(self, scheduler: NamedDependency[Scheduler]) -> dict[str, Any]:
         return scheduler.snapshot()

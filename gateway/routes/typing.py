@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from litestar import Controller, delete, get, post
+from litestar.di import NamedDependency
+from litestar.params import FromPath, JSONBody
 
 from gateway.protocol.typing import TypingHint, TypingHintRequest
 from gateway.routes.errors import ERROR_RESPONSES
@@ -19,11 +21,15 @@ class TypingController(Controller):
         summary="Post a typing hint: pre-compute the KV cache of the conversation so far",
         responses=ERROR_RESPONSES,
     )
-    async def create(self, data: TypingHintRequest, typing: TypingService) -> TypingHint:
+    async def create(
+        self, data: JSONBody[TypingHintRequest], typing: NamedDependency[TypingService]
+    ) -> TypingHint:
         return (await typing.post(data)).view()
 
     @get("/{hint_id:str}", summary="A typing hint's state", responses=ERROR_RESPONSES)
-    async def retrieve(self, hint_id: str, typing: TypingService) -> TypingHint:
+    async def retrieve(
+        self, hint_id: FromPath[str], typing: NamedDependency[TypingService]
+    ) -> TypingHint:
         return typing.get(hint_id).view()
 
     @delete(
@@ -32,5 +38,7 @@ class TypingController(Controller):
         summary="Abort a typing hint (its pre-prefill stops)",
         responses=ERROR_RESPONSES,
     )
-    async def abort(self, hint_id: str, typing: TypingService) -> TypingHint:
+    async def abort(
+        self, hint_id: FromPath[str], typing: NamedDependency[TypingService]
+    ) -> TypingHint:
         return typing.abort(hint_id).view()
