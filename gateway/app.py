@@ -52,7 +52,6 @@ class Services:
     metrics: GatewayMetrics
     scheduler: Scheduler
     registry: ModelRegistry
-    prefix_cache: PrefixCacheStore
     chat: ChatService
     typing: TypingService
 
@@ -144,7 +143,6 @@ def create_app(settings: Settings, engine_factory: EngineFactory | None = None) 
                 metrics=metrics,
                 scheduler=scheduler,
                 registry=registry,
-                prefix_cache=prefix_cache,
                 chat=ChatService(registry, scheduler, metrics, prefix_cache, typing),
                 typing=typing,
             )

@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 idle.append(_ttft(client))
                 with BackgroundLoad(gateway):
                     loaded.append(_ttft(client))
-            preemptions = gateway.scheduler()
+            final_view = gateway.scheduler()
     finally:
         gateway.stop()
     idle_s, loaded_s = Summary.of(idle[1:]), Summary.of(loaded[1:])
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "idle_ttft_s": idle_s.as_dict(),
         "loaded_ttft_s": loaded_s.as_dict(),
         "ratio_loaded_over_idle": slowdown,
-        "completed_jobs": preemptions["completed_jobs"],
+        "completed_jobs": final_view["completed_jobs"],
     }
 
 

@@ -170,22 +170,17 @@ class MLXEngine:
 
         uncached = prompt[generation.cached_tokens :]
         chunk = self.prefill_chunk_tokens
-        if len(uncached) > chunk:
-            # Prefill whole chunks here, so that a long prompt can be paused or cancelled
-            # between them; the last (partial) chunk goes with the first token's pass.
-            head = len(uncached) - (len(uncached) % chunk or chunk)
-            try:
-                for _done in self.prefill(uncached[:head], cache):
-                    yield GenerationEvent("", 0)
-                    restore_released_cache()
-            finally:
-                generation.state = PromptState(cache, tuple(prompt[: cache[0].offset]))
-            uncached = uncached[head:]
-        steps = self._sampled_tokens(uncached, cache, params)
+        # Whole chunks are prefilled first, so that a long prompt can be paused or cancelled
+        # between them; the last (partial) chunk goes with the first token's pass.
+        head = len(uncached) - (len(uncached) % chunk or chunk) if len(uncached) > chunk else 0
+        steps = self._sampled_tokens(uncached[head:], cache, params)  # starts when iterated
         detokenizer = self.tokenizer.detokenizer
         stops = StopMatcher(params.stop)
         pending = ""  # text of the last token, sent with the final event
         try:
+            for _done in self.prefill(uncached[:head], cache):
+                yield GenerationEvent("", 0)
+                restore_released_cache()
             for token in steps:
                 generated.append(token)
                 if generated[-1] in self.eos_token_ids:
@@ -210,8 +205,9 @@ class MLXEngine:
             yield GenerationEvent(text, len(generated), finish)
         finally:
             steps.close()
-            # The cache holds every token fed so far; mlx-lm feeds each sampled token one
-            # step ahead, so that is the prompt and all or all but the last generated token.
+            # The cache holds every token fed so far (also when stopped mid-prefill); mlx-lm
+            # feeds each sampled token one step ahead, so after the prompt that is all or all
+            # but the last generated token.
             offset = cache[0].offset if cache else 0
             generation.state = PromptState(cache, tuple((prompt + generated)[:offset]))
 

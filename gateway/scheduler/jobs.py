@@ -68,7 +68,6 @@ class Job:
     state: JobState = JobState.QUEUED
     submitted_at: float = field(default_factory=time.monotonic)
     started_at: float | None = None
-    finished_at: float | None = None
     preemptions: int = 0
     error: BaseException | None = None
     # Set by the scheduler thread or event loop; read by the inference thread between steps.

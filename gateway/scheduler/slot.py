@@ -341,7 +341,6 @@ class Scheduler:
 
     def _finish(self, job: Job, state: JobState, error: BaseException | None = None) -> None:
         job.state = state
-        job.finished_at = self.clock()
         if error is not None:
             job.error = error
         self.completed += 1

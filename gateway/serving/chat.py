@@ -31,6 +31,7 @@ from gateway.scheduler.jobs import Job, Priority
 from gateway.scheduler.slot import Scheduler
 from gateway.serving.models import ModelRegistry
 from gateway.serving.prompt_cache import PrefixCacheStore
+from gateway.serving.prompts import render_off_loop, template_messages
 from gateway.serving.typing import TypingService
 
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default
@@ -64,10 +65,10 @@ class ChatRun:
 
     chat: PreparedChat
     job: Job
+    job_events: AsyncIterator[Any]  # the job's one event stream, read once
     cached_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None
-    _events: AsyncIterator[Any] | None = None
 
     def usage(self) -> Usage:
         prompt = len(self.chat.prompt)
@@ -102,11 +103,9 @@ class ChatService:
         arrived = time.perf_counter()
         served = self.registry.resolve(request.model)
         priority = Priority.parse(priority_header or request.priority, Priority.USER)
-        messages = [m.as_template_message() for m in request.messages]
-        try:
-            prompt = await asyncio.to_thread(served.engine.render_chat, messages)
-        except Exception as exc:  # the model's template refused this conversation
-            raise InvalidRequestError(f"cannot render messages: {exc}", param="messages") from exc
+        prompt = await render_off_loop(
+            served.engine.render_chat, template_messages(request.messages)
+        )
         params = self._sampling_params(request, served.engine, len(prompt))
         return PreparedChat(request, served.id, served.engine, prompt, params, priority, arrived)
 
@@ -153,10 +152,9 @@ class ChatService:
         await self.typing.join(chat.model_name, chat.prompt, chat.request.session)
         job = Job(priority=chat.priority, work=lambda: self._work(chat, job), kind="chat")
         self.scheduler.submit(job)
-        run = ChatRun(chat, job)
-        run._events = job.events()
+        run = ChatRun(chat, job, job.events())
         try:
-            first = await anext(run._events)
+            first = await anext(run.job_events)
         except StopAsyncIteration:
             raise asyncio.CancelledError from None  # withdrawn before it started
         except BaseException:
@@ -181,11 +179,10 @@ class ChatService:
 
     async def events(self, run: ChatRun) -> AsyncIterator[GenerationEvent]:
         """The generation's events; withdraws the job if the consumer stops early."""
-        assert run._events is not None
         first_token_at: float | None = None
         model = run.chat.model_name
         try:
-            async for event in run._events:
+            async for event in run.job_events:
                 if event.completion_tokens == 0:
                     continue  # a prefill chunk, not a token
                 if first_token_at is None:

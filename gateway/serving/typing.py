@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gateway.engines.base import ChatMessage, Engine, PromptState
+from gateway.engines.base import Engine, PromptState
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.typing import TypingHint, TypingHintRequest
@@ -37,6 +37,7 @@ from gateway.scheduler.jobs import Job, JobState, Priority
 from gateway.scheduler.slot import Scheduler
 from gateway.serving.models import ModelRegistry
 from gateway.serving.prompt_cache import PrefixCacheStore
+from gateway.serving.prompts import fixed_prefix_tokens, render_off_loop, template_messages
 
 log = logging.getLogger(__name__)
 
@@ -95,29 +96,12 @@ class Hint:
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    # (mlx_lm.utils.common_prefix_len does this too, but importing it imports MLX, which
+    # must not happen before the compute path has loaded OpenBLAS.)
     for index, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return index
     return min(len(a), len(b))
-
-
-def fixed_prefix_tokens(
-    engine: Engine, messages: list[ChatMessage], draft: str | None
-) -> list[int]:
-    """Tokens of everything already fixed: the conversation, plus the draft's whole words.
-
-    Without a draft: the chat template without a generation prompt. With one: the draft as
-    an unfinished user message, cut before its last word, which may still grow and so
-    tokenize differently.
-    """
-    words = (draft or "").rstrip()
-    cut = max(words.rfind(" "), words.rfind("\n"))
-    stable = words[:cut] if cut > 0 else ""
-    if not stable.strip():
-        return engine.render_chat(messages, add_generation_prompt=False)
-    return engine.render_chat(
-        [*messages, {"role": "user", "content": stable}], continue_final_message=True
-    )
 
 
 class TypingService:
@@ -148,13 +132,8 @@ class TypingService:
             raise InvalidRequestError(
                 "typing hints need the prefix cache (cache.prefix_cache_bytes > 0)"
             )
-        messages = [m.as_template_message() for m in request.messages]
-        try:
-            tokens = await asyncio.to_thread(
-                fixed_prefix_tokens, served.engine, messages, request.draft
-            )
-        except Exception as exc:
-            raise InvalidRequestError(f"cannot render messages: {exc}", param="messages") from exc
+        messages = template_messages(request.messages)
+        tokens = await render_off_loop(fixed_prefix_tokens, served.engine, messages, request.draft)
         if len(tokens) >= served.engine.context_length:
             raise InvalidRequestError(
                 f"the conversation has {len(tokens)} tokens; the model's context is "

@@ -37,3 +37,15 @@ def test_bad_values_are_reported(tmp_path: Path) -> None:
         load_settings(broken, environ={})
     with pytest.raises(ConfigError, match="alias"):
         load_settings(overrides={"aliases": {"x": "missing-model"}}, environ={})
+
+
+def test_importing_the_app_does_not_import_mlx() -> None:
+    # OpenBLAS only takes effect if loaded before mlx.core is first imported.
+    import subprocess
+    import sys
+
+    code = "import sys, gateway.app, gateway.cli; print('mlx.core' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
