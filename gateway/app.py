@@ -19,12 +19,18 @@ from litestar.openapi import OpenAPIConfig
 from litestar.plugins.pydantic import PydanticPlugin
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.config import Settings
-from gateway.engines.base import Engine
+from gateway.config import Settings, TierSettings
+from gateway.engines.backend import Backend
 from gateway.engines.device import ComputePath, choose_compute_path
+from gateway.engines.local import LocalBackend
+from gateway.engines.prefix_store import PrefixCacheStore
+from gateway.engines.residency import LocalModels, Resident
+from gateway.engines.runner import ModelRunner
+from gateway.engines.upstream import OpenAIUpstreamBackend, UpstreamConfig, is_loopback_url
 from gateway.errors import AuthenticationError
 from gateway.metrics import GatewayMetrics
-from gateway.modelstore.store import ModelStore
+from gateway.modelstore.footprint import loaded_bytes
+from gateway.modelstore.store import KNOWN_MODELS, ModelStore
 from gateway.routes.chat import ChatController
 from gateway.routes.errors import EXCEPTION_HANDLERS
 from gateway.routes.models import ModelsController
@@ -33,13 +39,13 @@ from gateway.routes.typing import TypingController
 from gateway.scheduler.jobs import Priority
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
 from gateway.serving.chat import ChatService
-from gateway.serving.models import ModelRegistry, ServedModel
-from gateway.serving.prompt_cache import PrefixCacheStore
+from gateway.serving.tiers import Tier, TierRegistry
 from gateway.serving.typing import TypingService
 
 log = logging.getLogger("gateway")
 
-EngineFactory = Callable[[str, ComputePath], Engine]
+# Builds a model runner on the inference thread (tests pass a fake one).
+RunnerFactory = Callable[[str, ComputePath], ModelRunner]
 UNAUTHENTICATED_PATHS = frozenset({"/health"})
 
 
@@ -51,21 +57,29 @@ class Services:
     compute: ComputePath
     metrics: GatewayMetrics
     scheduler: Scheduler
-    registry: ModelRegistry
+    local_models: LocalModels
+    registry: TierRegistry
     chat: ChatService
     typing: TypingService
 
 
-def mlx_engine_factory(settings: Settings) -> EngineFactory:
-    """Import (first time only) and load each model with the MLX engine."""
+def mlx_runner_factory(settings: Settings) -> RunnerFactory:
+    """Import (first time only) and load each model with the MLX runner."""
 
-    def build(model_id: str, compute: ComputePath) -> Engine:
-        from gateway.engines.mlx_engine import MLXEngine
+    def build(model_id: str, compute: ComputePath) -> ModelRunner:
+        from gateway.engines.mlx_runner import MLXRunner
 
-        folder = ModelStore(settings.cache_dir).ensure(model_id, lambda msg: log.info("%s", msg))
-        return MLXEngine(model_id, folder, compute)
+        store = ModelStore(settings.cache_dir)
+        folder = store.ensure(model_id, lambda msg: log.info("%s", msg))
+        return MLXRunner(model_id, folder, compute, store.default_stop(model_id))
 
     return build
+
+
+def _memory_probe() -> int:
+    from gateway.engines.mlx_runner import mlx_memory
+
+    return mlx_memory()["active"]
 
 
 def scheduler_config(settings: Settings) -> SchedulerConfig:
@@ -82,6 +96,50 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
         typing_quiet=s.typing_quiet_seconds,
         max_paused_with_memory=s.max_paused_with_cache,
     )
+
+
+@dataclass
+class _Wiring:
+    settings: Settings
+    compute: ComputePath
+    metrics: GatewayMetrics
+    scheduler: Scheduler
+    local_models: LocalModels
+    prefix_store: PrefixCacheStore
+    build_runner: RunnerFactory
+    estimates: dict[str, int]  # bytes each local model will hold once loaded
+
+    def backend(self, name: str, tier: TierSettings) -> Backend:
+        if tier.kind == "openai":
+            assert tier.base_url is not None
+            same_machine = (
+                is_loopback_url(tier.base_url) if tier.same_machine is None else tier.same_machine
+            )
+            config = UpstreamConfig(
+                base_url=tier.base_url,
+                model=tier.model,
+                api_key=tier.api_key,
+                same_machine=same_machine,
+                connect_timeout=tier.connect_timeout_seconds,
+                read_timeout=tier.read_timeout_seconds,
+                context_length=tier.context_length,
+            )
+            return OpenAIUpstreamBackend(name, config, self.metrics, self.scheduler)
+        resident = self.local_models.register(
+            Resident(
+                tier=name,
+                model_id=tier.model,
+                load=functools.partial(self.build_runner, tier.model, self.compute),
+                estimated_bytes=self.estimates.get(tier.model, 0),
+                keep_alive_seconds=tier.keep_alive_seconds,
+            )
+        )
+        return LocalBackend(name, resident, self.local_models, self.scheduler, self.prefix_store)
+
+
+def _describe(model: str) -> tuple[str, bool]:
+    known = KNOWN_MODELS.get(model)
+    return (known.description, known.base_model) if known else ("", False)
 
 
 class ApiKeyAndMetricsMiddleware(ASGIMiddleware):
@@ -114,10 +172,9 @@ class ApiKeyAndMetricsMiddleware(ASGIMiddleware):
             self.metrics.requests.labels(route, str(status)).inc()
 
 
-def create_app(settings: Settings, engine_factory: EngineFactory | None = None) -> Litestar:
-    """Build the gateway app; engines load in its lifespan (``engine_factory`` for tests)."""
+def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) -> Litestar:
+    """Build the gateway app; tiers are set up in its lifespan (``runner_factory`` for tests)."""
     metrics = GatewayMetrics()
-    build_engine = engine_factory or mlx_engine_factory(settings)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -125,30 +182,64 @@ def create_app(settings: Settings, engine_factory: EngineFactory | None = None) 
         log.info("compute path: %s", compute.as_dict())
         scheduler = Scheduler(scheduler_config(settings), metrics)
         await scheduler.start()
+        local_models = LocalModels(
+            scheduler,
+            metrics,
+            settings.memory_budget_bytes,
+            memory_probe=_memory_probe if runner_factory is None else lambda: 0,
+        )
+        await local_models.start()
+        backends: list[Backend] = []
         try:
-            models = {}
-            for model_id in settings.models:
-                engine = await scheduler.run_on_engine_thread(
-                    functools.partial(build_engine, model_id, compute)
-                )
-                models[model_id] = ServedModel(model_id, engine, int(time.time()))
-            registry = ModelRegistry(models, settings.aliases, settings.default_model)
-            prefix_cache = PrefixCacheStore(settings.cache.prefix_cache_bytes, metrics)
-            typing = TypingService(
-                registry, scheduler, metrics, prefix_cache, settings.cache.hint_idle_seconds
+            estimates: dict[str, int] = {}
+            if runner_factory is None:
+                estimate = _estimator(settings, compute)
+                for tier_settings in settings.tiers.values():
+                    if tier_settings.kind == "mlx" and tier_settings.model not in estimates:
+                        # Importing (first time only) uses MLX: on the inference thread.
+                        estimates[tier_settings.model] = await scheduler.run_on_engine_thread(
+                            functools.partial(estimate, tier_settings.model)
+                        )
+            wiring = _Wiring(
+                settings=settings,
+                compute=compute,
+                metrics=metrics,
+                scheduler=scheduler,
+                local_models=local_models,
+                prefix_store=PrefixCacheStore(settings.cache.prefix_cache_bytes, metrics),
+                build_runner=runner_factory or mlx_runner_factory(settings),
+                estimates=estimates,
             )
+            tiers = {}
+            for name, tier_settings in settings.tiers.items():
+                backend = wiring.backend(name, tier_settings)
+                backends.append(backend)
+                description, base_model = _describe(tier_settings.model)
+                tiers[name] = Tier(name, backend, int(time.time()), description, base_model)
+            for resident in local_models.residents:
+                if settings.tiers[resident.tier].preload:
+                    await local_models.acquire(resident)
+                    local_models.release(resident)
+            assert settings.default_tier is not None
+            registry = TierRegistry(tiers, settings.aliases, settings.default_tier)
+            typing = TypingService(registry, metrics, settings.cache.hint_idle_seconds)
             app.state.services = Services(
                 settings=settings,
                 compute=compute,
                 metrics=metrics,
                 scheduler=scheduler,
+                local_models=local_models,
                 registry=registry,
-                chat=ChatService(registry, scheduler, metrics, prefix_cache, typing),
+                chat=ChatService(registry, metrics, typing),
                 typing=typing,
             )
             log.info("gateway ready: models %s", ", ".join(registry.names()))
             yield
         finally:
+            for backend in backends:
+                await backend.close()
+            await local_models.stop()
+            local_models.unload_all()
             await scheduler.stop()
 
     def provide(attribute: str) -> Provide:
@@ -162,7 +253,15 @@ def create_app(settings: Settings, engine_factory: EngineFactory | None = None) 
         lifespan=[lifespan],
         dependencies={
             name: provide(name)
-            for name in ("chat", "typing", "registry", "scheduler", "metrics", "compute")
+            for name in (
+                "chat",
+                "typing",
+                "registry",
+                "scheduler",
+                "metrics",
+                "compute",
+                "local_models",
+            )
         },
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[ApiKeyAndMetricsMiddleware(settings.api_key, metrics)],
@@ -176,3 +275,13 @@ def create_app(settings: Settings, engine_factory: EngineFactory | None = None) 
         ),
         debug=False,
     )
+
+
+def _estimator(settings: Settings, compute: ComputePath) -> Callable[[str], int]:
+    """Bytes a model will hold once loaded (importing it first, once, if needed)."""
+
+    def estimate(model_id: str) -> int:
+        folder = ModelStore(settings.cache_dir).ensure(model_id, lambda msg: log.info("%s", msg))
+        return loaded_bytes(folder, compute.dequantize)
+
+    return estimate

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gateway.modelstore.store import DEFAULT_MODEL_ID
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+IMPLICIT_TIER = "default"
 
 
 def default_cache_dir() -> Path:
@@ -57,6 +58,53 @@ class CacheSettings(_Section):
     hint_idle_seconds: float = Field(120.0, gt=0, description="A typing hint expires after this.")
 
 
+class TierSettings(_Section):
+    """One tier: a local model (``kind = "mlx"``) or an OpenAI-compatible upstream."""
+
+    kind: Literal["mlx", "openai"] = "mlx"
+    model: str = Field(description="mlx: a known model id; openai: the upstream's model name.")
+    keep_alive_seconds: float = Field(
+        300.0, ge=0, description="mlx: unload after this long unused (0 = never)."
+    )
+    preload: bool = Field(False, description="mlx: load at start instead of on first use.")
+    base_url: str | None = Field(None, description="openai: e.g. http://127.0.0.1:8080/v1")
+    api_key: str | None = Field(
+        None, description="openai: the upstream's key (never the client's)."
+    )
+    same_machine: bool | None = Field(
+        None,
+        description="openai: the upstream computes on this Mac, so its requests take the one "
+        "inference slot. Default: true when base_url is a loopback address.",
+    )
+    connect_timeout_seconds: float = Field(5.0, gt=0)
+    read_timeout_seconds: float = Field(
+        120.0, gt=0, description="openai: longest silence between two streamed chunks."
+    )
+    context_length: int | None = Field(
+        None, ge=1, description="openai: the upstream's context, if you want it checked here."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> TierSettings:
+        if self.kind == "openai":
+            if not self.base_url:
+                raise ValueError("a tier of kind 'openai' needs base_url")
+            if not self.base_url.startswith(("http://", "https://")):
+                raise ValueError(f"base_url must start with http:// or https://: {self.base_url}")
+        elif self.base_url:
+            raise ValueError("base_url is only for tiers of kind 'openai'")
+        return self
+
+
+def default_memory_budget() -> int:
+    """Three quarters of physical memory: room for the OS and the KV caches."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 16 * 1024**3
+    return int(total * 0.75)
+
+
 class Settings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
@@ -64,10 +112,25 @@ class Settings(_Section):
         None, description="Bearer secret; required when binding beyond loopback."
     )
     cache_dir: Path = Field(default_factory=default_cache_dir)
-    default_model: str = DEFAULT_MODEL_ID
-    models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL_ID])
+    default_model: str = Field(
+        DEFAULT_MODEL_ID, description="The model of the implicit tier when no tiers are set."
+    )
+    tiers: dict[str, TierSettings] = Field(
+        default_factory=dict,
+        description="Named tiers; none: one tier 'default' on default_model, loaded at start.",
+    )
+    default_tier: str | None = Field(
+        None, description="The tier used when a request names none (default: the first)."
+    )
+    memory_budget_bytes: int = Field(
+        default_factory=default_memory_budget,
+        ge=0,
+        description="Bytes all loaded local models may hold together (least recently used "
+        "idle models are unloaded to make room).",
+    )
     aliases: dict[str, str] = Field(
-        default_factory=dict, description="Extra model names clients may use, e.g. gpt-4o-mini."
+        default_factory=dict,
+        description="Extra model names clients may use (e.g. gpt-4o-mini) -> a tier or model id.",
     )
     weights: Literal["auto", "4bit", "float32"] = "auto"
     max_request_bytes: int = Field(4 * 1024**2, ge=1024)
@@ -77,11 +140,22 @@ class Settings(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
-        if self.default_model not in self.models:
-            self.models = [self.default_model, *self.models]
+        if not self.tiers:
+            self.tiers = {
+                IMPLICIT_TIER: TierSettings(
+                    kind="mlx", model=self.default_model, keep_alive_seconds=0, preload=True
+                )
+            }
+        if self.default_tier is None:
+            self.default_tier = next(iter(self.tiers))
+        elif self.default_tier not in self.tiers:
+            raise ValueError(f"default_tier {self.default_tier!r} is not a configured tier")
+        names = set(self.tiers) | {t.model for t in self.tiers.values()}
         for alias, target in self.aliases.items():
-            if target not in self.models:
-                raise ValueError(f"alias {alias!r} points to {target!r}, which is not in models")
+            if target not in names:
+                raise ValueError(
+                    f"alias {alias!r} points to {target!r}, which is neither a tier nor a model"
+                )
         return self
 
     @property

@@ -10,7 +10,10 @@
     ├── NotFoundError                 404 (an unknown typing hint, ...)
     ├── RequestTooLargeError          413
     ├── QueueFullError                429 + Retry-After
-    ├── ServiceUnavailableError       503 (queue wait limit, shutting down)
+    ├── ServiceUnavailableError       503 (queue wait limit, memory budget, shutting down)
+    ├── UpstreamError                 502 an upstream server failed or answered badly
+    │   └── UpstreamTimeoutError      504 it did not answer in time
+    ├── UpstreamRejectedError         the upstream's own 4xx, passed through
     └── ModelImportError              a model could not be imported (start-up, CLI)
 """
 
@@ -73,6 +76,34 @@ class ServiceUnavailableError(GatewayError):
     status_code = 503
     error_type = "server_error"
     code = "service_unavailable"
+
+
+class UpstreamError(GatewayError):
+    status_code = 502
+    error_type = "upstream_error"
+    code = "bad_gateway"
+
+
+class UpstreamTimeoutError(UpstreamError):
+    status_code = 504
+    code = "upstream_timeout"
+
+
+class UpstreamRejectedError(GatewayError):
+    """The upstream refused the request (its 4xx): the client's problem, passed through."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int,
+        error_type: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message, param=param, code=code)
+        self.status_code = status_code
+        self.error_type = error_type or "invalid_request_error"
 
 
 class ModelImportError(GatewayError):

@@ -115,6 +115,55 @@ class GatewayMetrics:
         self.prefix_cache_bytes = Gauge(
             "gateway_prefix_cache_bytes", "Bytes held by the prefix KV-cache store.", registry=r
         )
+        # Tiers and backends: the same request measured per tier and backend kind.
+        self.tier_requests = Counter(
+            "gateway_tier_requests",
+            "Chat requests by tier, backend kind and outcome (ok, error, cancelled).",
+            ["tier", "kind", "outcome"],
+            registry=r,
+        )
+        self.tier_time_to_first_token = Histogram(
+            "gateway_tier_time_to_first_token_seconds",
+            "Time from a request's arrival to its first token, by tier and backend kind.",
+            ["tier", "kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tier_tokens = Counter(
+            "gateway_tier_tokens",
+            "Tokens by tier, backend kind and direction (prompt, generation).",
+            ["tier", "kind", "direction"],
+            registry=r,
+        )
+        # Ollama's load/unload cycle, as metrics.
+        self.model_loads = Counter(
+            "gateway_model_loads", "Local models loaded into memory.", ["tier"], registry=r
+        )
+        self.model_unloads = Counter(
+            "gateway_model_unloads",
+            "Local models unloaded, by reason (keep_alive, budget, shutdown).",
+            ["tier", "reason"],
+            registry=r,
+        )
+        self.model_load_seconds = Histogram(
+            "gateway_model_load_seconds",
+            "Time to load a local model (in the inference slot).",
+            ["tier"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.model_loaded_bytes = Gauge(
+            "gateway_model_loaded_bytes",
+            "Memory held by a tier's loaded model (0 when unloaded).",
+            ["tier"],
+            registry=r,
+        )
+        self.upstream_errors = Counter(
+            "gateway_upstream_errors",
+            "Failures of upstream servers by tier and kind (timeout, transport, http_5xx...).",
+            ["tier", "error"],
+            registry=r,
+        )
         for priority in Priority:
             self.queue_depth.labels(priority.label).set(0)
         for gate in GATE_NAMES:

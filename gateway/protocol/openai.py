@@ -195,6 +195,18 @@ class Model(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "onemac-gateway"
+    tier: str = Field(description="(gateway extension) The tier this name resolves to.")
+    kind: Literal["mlx", "openai", "peer"] = Field(
+        description="(gateway extension) The tier's backend kind."
+    )
+    loaded: bool = Field(
+        description="(gateway extension) Local: weights in memory. Upstream: it answers."
+    )
+    base_model: bool = Field(
+        False,
+        description="(gateway extension) A base model without a chat template: chats are "
+        "rendered as a plain transcript; /v1/completions suits it better.",
+    )
 
 
 class ModelList(BaseModel):

@@ -8,28 +8,43 @@ from litestar import Controller, MediaType, Response, get
 from litestar.di import NamedDependency
 
 from gateway.engines.device import ComputePath
+from gateway.engines.residency import LocalModels
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from gateway.routes.models import tier_health
 from gateway.scheduler.slot import Scheduler
-from gateway.serving.models import ModelRegistry
+from gateway.serving.tiers import TierRegistry
 
 
 class OpsController(Controller):
     tags = ["Operations"]
 
-    @get("/health", summary="Liveness, the compute path and the loaded models")
+    @get("/health", summary="Liveness, the compute path and each tier's state")
     async def health(
         self,
-        registry: NamedDependency[ModelRegistry],
+        registry: NamedDependency[TierRegistry],
         compute: NamedDependency[ComputePath],
         scheduler: NamedDependency[Scheduler],
+        local_models: NamedDependency[LocalModels],
     ) -> dict[str, Any]:
+        states = await tier_health(registry)
         return {
             "status": "ok",
             "compute": compute.as_dict(),
-            "models": list(registry.models),
-            "default_model": registry.default,
+            "default_tier": registry.default,
+            "tiers": {
+                name: {
+                    "kind": state.kind,
+                    "model": state.model,
+                    "state": state.state,
+                    "loaded": state.loaded,
+                    "memory_bytes": state.memory_bytes,
+                    **({"detail": state.detail} if state.detail else {}),
+                }
+                for name, state in states.items()
+            },
+            "models": registry.names(),
             "slot_busy": scheduler.running is not None,
-            "memory": next(iter(registry.models.values())).engine.memory(),
+            "memory": local_models.memory(),
         }
 
     @get("/metrics", summary="Prometheus metrics", media_type=CONTENT_TYPE)

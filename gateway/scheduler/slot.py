@@ -93,6 +93,10 @@ class Scheduler:
         """Run a short engine call (tokenizing, loading) on the inference thread, in order."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
 
+    def submit_to_engine_thread(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the inference thread after the current step; do not wait for it."""
+        self._thread.submit(fn)
+
     # -- what handlers call --------------------------------------------------------------------
 
     def submit(self, job: Job) -> Job:

@@ -1,17 +1,24 @@
-"""Chat completions: from a validated request to engine work in the slot, and back to OpenAI shapes.
+"""Chat completions: from a validated request to a tier's backend, and back to OpenAI shapes.
 
-Nothing here knows HTTP; routes call ``prepare`` and then ``complete`` or ``stream``.
+Nothing here knows HTTP or MLX: routes call ``prepare`` and then ``start`` and ``complete`` or
+``stream``; the backend behind the tier is reached only through the request-level seam.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
-from gateway.engines.base import Engine, GenerationEvent, SamplingParams
+from gateway.engines.backend import (
+    BackendEvent,
+    Finished,
+    GenerationRequest,
+    Prompt,
+    SamplingParams,
+    Started,
+    TokenEvent,
+)
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import (
@@ -27,51 +34,66 @@ from gateway.protocol.openai import (
     completion_id,
     now,
 )
-from gateway.scheduler.jobs import Job, Priority
-from gateway.scheduler.slot import Scheduler
-from gateway.serving.models import ModelRegistry
-from gateway.serving.prompt_cache import PrefixCacheStore
-from gateway.serving.prompts import render_off_loop, template_messages
+from gateway.scheduler.jobs import Priority
+from gateway.serving.messages import template_messages
+from gateway.serving.tiers import Tier, TierRegistry
 from gateway.serving.typing import TypingService
 
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default
 
 
-@dataclass(frozen=True)
-class ChatStart:
-    """First event of a chat job: it holds the slot, and this much of its prompt was cached."""
-
-    cached_tokens: int
-
-
 @dataclass
 class PreparedChat:
-    """A validated chat request, rendered to tokens and ready to be queued."""
+    """A validated chat request, rendered (where the backend renders locally), ready to run."""
 
     request: ChatCompletionRequest
-    model_name: str
-    engine: Engine
-    prompt: list[int]
+    tier: Tier
+    prompt: Prompt
     params: SamplingParams
     priority: Priority
     arrived: float
     id: str = field(default_factory=completion_id)
     created: int = field(default_factory=now)
 
+    def generation_request(self) -> GenerationRequest:
+        return GenerationRequest(
+            id=self.id,
+            messages=template_messages(self.request.messages),
+            params=self.params,
+            priority=self.priority,
+            session=self.request.session,
+            prompt=self.prompt,
+        )
+
 
 @dataclass
 class ChatRun:
-    """A chat job in flight: its events, and what the service has counted of it."""
+    """A chat in flight: the backend's events, and what has been counted of them."""
 
     chat: PreparedChat
-    job: Job
-    job_events: AsyncIterator[Any]  # the job's one event stream, read once
-    cached_tokens: int = 0
+    backend_events: AsyncGenerator[BackendEvent, None]  # read once
+    started: Started
     completion_tokens: int = 0
-    finish_reason: str | None = None
+    finished: Finished | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        if self.finished is not None and self.finished.prompt_tokens:
+            return self.finished.prompt_tokens
+        return self.started.prompt_tokens or 0
+
+    @property
+    def cached_tokens(self) -> int:
+        if self.finished is not None:
+            return self.finished.cached_tokens
+        return self.started.cached_tokens
+
+    @property
+    def finish_reason(self) -> str:
+        return self.finished.reason if self.finished is not None else "stop"
 
     def usage(self) -> Usage:
-        prompt = len(self.chat.prompt)
+        prompt = self.prompt_tokens
         return Usage(
             prompt_tokens=prompt,
             completion_tokens=self.completion_tokens,
@@ -81,52 +103,48 @@ class ChatRun:
 
 
 class ChatService:
-    """Turns chat requests into slot jobs and their events into OpenAI responses."""
+    """Turns chat requests into backend requests and their events into OpenAI responses."""
 
     def __init__(
-        self,
-        registry: ModelRegistry,
-        scheduler: Scheduler,
-        metrics: GatewayMetrics,
-        prefix_cache: PrefixCacheStore,
-        typing: TypingService,
+        self, registry: TierRegistry, metrics: GatewayMetrics, typing: TypingService
     ) -> None:
-        self.typing = typing
         self.registry = registry
-        self.scheduler = scheduler
         self.metrics = metrics
-        self.prefix_cache = prefix_cache
+        self.typing = typing
 
     async def prepare(
         self, request: ChatCompletionRequest, priority_header: str | None = None
     ) -> PreparedChat:
         arrived = time.perf_counter()
-        served = self.registry.resolve(request.model)
+        tier = self.registry.resolve(request.model)
         priority = Priority.parse(priority_header or request.priority, Priority.USER)
-        prompt = await render_off_loop(
-            served.engine.render_chat, template_messages(request.messages)
-        )
-        params = self._sampling_params(request, served.engine, len(prompt))
-        return PreparedChat(request, served.id, served.engine, prompt, params, priority, arrived)
+        prompt = await tier.backend.render(template_messages(request.messages))
+        params = self._sampling_params(request, tier, prompt)
+        return PreparedChat(request, tier, prompt, params, priority, arrived)
 
     def _sampling_params(
-        self, request: ChatCompletionRequest, engine: Engine, prompt_tokens: int
+        self, request: ChatCompletionRequest, tier: Tier, prompt: Prompt
     ) -> SamplingParams:
-        context = engine.context_length
+        backend = tier.backend
+        context = backend.context_length
         requested = request.requested_max_tokens()
-        param = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
-        if prompt_tokens >= context or (requested and prompt_tokens + requested > context):
-            wanted = prompt_tokens + (requested or 1)
-            raise ContextLengthExceededError(
-                f"This model's maximum context length is {context} tokens. However, you "
-                f"requested {wanted} tokens ({prompt_tokens} in the messages, "
-                f"{requested or 1} in the completion). Please reduce the length of the "
-                "messages or completion.",
-                param="messages" if prompt_tokens >= context else param,
-            )
+        max_tokens = requested
+        if prompt.tokens is not None and context is not None:
+            prompt_tokens = len(prompt.tokens)
+            param = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
+            if prompt_tokens >= context or (requested and prompt_tokens + requested > context):
+                wanted = prompt_tokens + (requested or 1)
+                raise ContextLengthExceededError(
+                    f"This model's maximum context length is {context} tokens. However, you "
+                    f"requested {wanted} tokens ({prompt_tokens} in the messages, "
+                    f"{requested or 1} in the completion). Please reduce the length of the "
+                    "messages or completion.",
+                    param="messages" if prompt_tokens >= context else param,
+                )
+            max_tokens = requested or context - prompt_tokens
         logit_bias = {int(k): v for k, v in (request.logit_bias or {}).items()}
-        vocab = engine.vocab_size
-        if any(t >= vocab for t in logit_bias):
+        vocab = backend.vocab_size
+        if vocab is not None and any(t >= vocab for t in logit_bias):
             raise InvalidRequestError(
                 f"logit_bias names a token id beyond the vocabulary ({vocab})", param="logit_bias"
             )
@@ -135,7 +153,7 @@ class ChatService:
         if top_p == 0.0:  # nothing survives nucleus filtering but the top token
             temperature = 0.0
         return SamplingParams(
-            max_tokens=requested or context - prompt_tokens,
+            max_tokens=max_tokens,
             temperature=temperature,
             top_p=top_p,
             seed=request.seed,
@@ -148,65 +166,69 @@ class ChatService:
     # -- running -------------------------------------------------------------------------------
 
     async def start(self, chat: PreparedChat) -> ChatRun:
-        """Queue the chat and wait until it holds the slot (raises 429/503 errors)."""
-        await self.typing.join(chat.model_name, chat.prompt, chat.request.session)
-        job = Job(priority=chat.priority, work=lambda: self._work(chat, job), kind="chat")
-        self.scheduler.submit(job)
-        run = ChatRun(chat, job, job.events())
+        """Hand the chat to its backend and wait until it computes (raises 429/502/503...)."""
+        backend = chat.tier.backend
+        if chat.prompt.tokens is not None and backend.capabilities.typing_hints:
+            await self.typing.join(chat.tier.name, chat.prompt.tokens, chat.request.session)
+        events = backend.generate(chat.generation_request())
         try:
-            first = await anext(run.job_events)
-        except StopAsyncIteration:
-            raise asyncio.CancelledError from None  # withdrawn before it started
+            first = await anext(events)
         except BaseException:
-            job.cancel()
+            self._count_request(chat, "error")
             raise
-        assert isinstance(first, ChatStart)
-        run.cached_tokens = first.cached_tokens
-        return run
+        if not isinstance(first, Started):
+            await events.aclose()
+            raise RuntimeError(f"backend {backend.kind} began with {first!r}, not Started")
+        return ChatRun(chat, events, first)
 
-    def _work(self, chat: PreparedChat, job: Job) -> Iterator[Any]:
-        """The job's steps, on the inference thread: reuse a cached prefix, then generate."""
-        engine = chat.engine
-        state = self.prefix_cache.fetch(chat.model_name, chat.prompt)
-        generation = engine.generate(chat.prompt, chat.params, state)
-        job.release_memory = generation.release_cache
-        yield ChatStart(generation.cached_tokens)
-        try:
-            yield from generation
-        finally:
-            if generation.state is not None:
-                self.prefix_cache.insert(chat.model_name, generation.state)
-
-    async def events(self, run: ChatRun) -> AsyncIterator[GenerationEvent]:
-        """The generation's events; withdraws the job if the consumer stops early."""
+    async def events(self, run: ChatRun) -> AsyncIterator[TokenEvent]:
+        """The generation's tokens; closes the backend's stream if the consumer stops early."""
         first_token_at: float | None = None
-        model = run.chat.model_name
+        failed = False
         try:
-            async for event in run.job_events:
-                if event.completion_tokens == 0:
-                    continue  # a prefill chunk, not a token
+            async for event in run.backend_events:
+                if isinstance(event, Finished):
+                    run.finished = event
+                    run.completion_tokens = event.completion_tokens
+                    continue
+                if not isinstance(event, TokenEvent):
+                    continue  # prefill progress
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
-                    cache = "warm" if run.cached_tokens else "cold"
-                    self.metrics.time_to_first_token.labels(model, cache).observe(
-                        first_token_at - run.chat.arrived
-                    )
-                run.completion_tokens = event.completion_tokens
-                run.finish_reason = event.finish_reason
+                    self._observe_first_token(run, first_token_at)
+                run.completion_tokens += len(event.token_ids) or (1 if event.text else 0)
                 yield event
+        except Exception:  # not GeneratorExit or CancelledError: those are "cancelled"
+            failed = True
+            raise
         finally:
-            if not run.job.finished:
-                run.job.cancel()
-            self._count(run, first_token_at)
+            await run.backend_events.aclose()
+            outcome = "ok" if run.finished else "error" if failed else "cancelled"
+            self._count_request(run.chat, outcome)
+            self._count_tokens(run, first_token_at)
 
-    def _count(self, run: ChatRun, first_token_at: float | None) -> None:
-        model = run.chat.model_name
-        self.metrics.prompt_tokens.labels(model).inc(len(run.chat.prompt))
-        self.metrics.prompt_tokens_cached.labels(model).inc(run.cached_tokens)
-        self.metrics.prompt_tokens_computed.labels(model).inc(
-            len(run.chat.prompt) - run.cached_tokens
-        )
+    def _observe_first_token(self, run: ChatRun, at: float) -> None:
+        chat = run.chat
+        waited = at - chat.arrived
+        cache = "warm" if run.started.cached_tokens else "cold"
+        self.metrics.time_to_first_token.labels(chat.tier.backend.model_id, cache).observe(waited)
+        self.metrics.tier_time_to_first_token.labels(
+            chat.tier.name, chat.tier.backend.kind
+        ).observe(waited)
+
+    def _count_request(self, chat: PreparedChat, outcome: str) -> None:
+        self.metrics.tier_requests.labels(chat.tier.name, chat.tier.backend.kind, outcome).inc()
+
+    def _count_tokens(self, run: ChatRun, first_token_at: float | None) -> None:
+        tier, kind = run.chat.tier.name, run.chat.tier.backend.kind
+        model = run.chat.tier.backend.model_id
+        prompt, cached = run.prompt_tokens, run.cached_tokens
+        self.metrics.prompt_tokens.labels(model).inc(prompt)
+        self.metrics.prompt_tokens_cached.labels(model).inc(cached)
+        self.metrics.prompt_tokens_computed.labels(model).inc(max(prompt - cached, 0))
         self.metrics.generation_tokens.labels(model).inc(run.completion_tokens)
+        self.metrics.tier_tokens.labels(tier, kind, "prompt").inc(prompt)
+        self.metrics.tier_tokens.labels(tier, kind, "generation").inc(run.completion_tokens)
         if first_token_at is not None and run.completion_tokens > 1:
             elapsed = time.perf_counter() - first_token_at
             if elapsed > 0:
@@ -223,7 +245,7 @@ class ChatService:
             choices=[
                 Choice(
                     message=AssistantMessage(content="".join(parts)),
-                    finish_reason=run.finish_reason or "stop",  # type: ignore[arg-type]
+                    finish_reason=run.finish_reason,  # type: ignore[arg-type]
                 )
             ],
             usage=run.usage(),
@@ -244,8 +266,7 @@ class ChatService:
         async for event in self.events(run):
             if event.text:
                 yield chunk(ChoiceDelta(content=event.text))
-            if event.finish_reason:
-                yield chunk(ChoiceDelta(), event.finish_reason)
+        yield chunk(ChoiceDelta(), run.finish_reason)
         options = chat.request.stream_options
         if options and options.include_usage:
             yield ChatCompletionChunk(

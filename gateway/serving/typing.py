@@ -13,9 +13,11 @@ tokens, following the design's state machine (``shared/MISSION.md`` point 3)::
 * computing: the request waits for it (throwing half-computed work away is waste);
 * ready: the request uses the warm cache.
 
-The cache itself is found by token prefix in the store, so a hint that does not match the
-request is simply not used. While a hint is queued, computing or ready it holds the
-scheduler's prefill freeze; each hint also (re)closes the typing lock.
+The cache itself is found by token prefix in the backend's store, so a hint that does not
+match the request is simply not used. While a hint is queued, computing or ready it holds
+the slot's prefill freeze; each hint also (re)closes the typing lock. Hints work on tiers
+whose backend can warm a cache (``capabilities.typing_hints``); this service reaches them
+only through the request-level seam (``gateway.engines.backend.Warmable``).
 """
 
 from __future__ import annotations
@@ -24,20 +26,17 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gateway.engines.base import Engine, PromptState
+from gateway.engines.backend import Started, Warmable, Warmup
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.typing import TypingHint, TypingHintRequest
-from gateway.scheduler.jobs import Job, JobState, Priority
-from gateway.scheduler.slot import Scheduler
-from gateway.serving.models import ModelRegistry
-from gateway.serving.prompt_cache import PrefixCacheStore
-from gateway.serving.prompts import fixed_prefix_tokens, render_off_loop, template_messages
+from gateway.serving.messages import template_messages
+from gateway.serving.tiers import TierRegistry
 
 log = logging.getLogger(__name__)
 
@@ -60,24 +59,19 @@ class PrefillState(StrEnum):
 ACTIVE = frozenset({PrefillState.QUEUED, PrefillState.COMPUTING, PrefillState.READY})
 
 
-@dataclass(frozen=True)
-class PrefillStarted:
-    """First event of a prefill job: it holds the slot; this much was cached already."""
-
-    cached_tokens: int
-
-
 @dataclass(eq=False)
 class Hint:
     id: str
-    model: str
+    tier: str
+    model: str  # the name the client used (or the default tier's)
     session: str | None
     tokens: tuple[int, ...]
     created_at: float
     expires_at: float  # until ready: an estimate (idle time counts from readiness)
     state: PrefillState = PrefillState.QUEUED
     cached_tokens: int = 0
-    job: Job | None = None
+    backend: Warmable | None = None
+    warmup: Warmup | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     mismatch_counted: bool = False
     expiry: asyncio.TimerHandle | None = None
@@ -108,17 +102,10 @@ class TypingService:
     """Owns the typing hints and their pre-prefill jobs."""
 
     def __init__(
-        self,
-        registry: ModelRegistry,
-        scheduler: Scheduler,
-        metrics: GatewayMetrics,
-        prefix_cache: PrefixCacheStore,
-        idle_seconds: float,
+        self, registry: TierRegistry, metrics: GatewayMetrics, idle_seconds: float
     ) -> None:
         self.registry = registry
-        self.scheduler = scheduler
         self.metrics = metrics
-        self.prefix_cache = prefix_cache
         self.idle_seconds = idle_seconds
         self.hints: dict[str, Hint] = {}
         self.by_session: dict[str, Hint] = {}
@@ -127,41 +114,41 @@ class TypingService:
     # -- the hint API ----------------------------------------------------------------------------
 
     async def post(self, request: TypingHintRequest) -> Hint:
-        served = self.registry.resolve(request.model)
-        if not self.prefix_cache.enabled:
+        tier = self.registry.resolve(request.model)
+        if not tier.backend.capabilities.typing_hints:
             raise InvalidRequestError(
-                "typing hints need the prefix cache (cache.prefix_cache_bytes > 0)"
+                f"tier {tier.name!r} ({tier.backend.kind} backend) cannot pre-compute typing "
+                "hints; use a local tier",
+                param="model",
             )
-        messages = template_messages(request.messages)
-        tokens = await render_off_loop(fixed_prefix_tokens, served.engine, messages, request.draft)
-        if len(tokens) >= served.engine.context_length:
+        backend: Any = tier.backend  # a Warmable: its capabilities say so
+        tokens = await backend.render_fixed_prefix(
+            template_messages(request.messages), request.draft
+        )
+        context = tier.backend.context_length
+        if context is not None and len(tokens) >= context:
             raise InvalidRequestError(
-                f"the conversation has {len(tokens)} tokens; the model's context is "
-                f"{served.engine.context_length}",
+                f"the conversation has {len(tokens)} tokens; the model's context is {context}",
                 param="messages",
                 code="context_length_exceeded",
             )
         now = time.time()
         hint = Hint(
             id=f"hint-{uuid.uuid4().hex[:20]}",
-            model=served.id,
+            tier=tier.name,
+            model=request.model or tier.name,
             session=request.session,
             tokens=tuple(tokens),
             created_at=now,
             expires_at=now + self.idle_seconds,
+            backend=backend,
         )
-        job = Job(
-            Priority.USER,
-            work=lambda: self._prefill(hint, served.engine),
-            kind="prefill",
-            preemptible=False,
-        )
-        self.scheduler.note_typing()
-        self.scheduler.hold_prefill_freeze(hint.id)
+        backend.note_typing()
+        backend.hold_prefill_freeze(hint.id)
         try:
-            hint.job = self.scheduler.submit(job)
+            hint.warmup = await backend.warm(hint.id, tokens)
         except GatewayError:
-            self.scheduler.release_prefill_freeze(hint.id)
+            backend.release_prefill_freeze(hint.id)
             raise
         previous = self.by_session.get(request.session) if request.session else None
         if previous is not None and previous.state in ACTIVE:
@@ -186,10 +173,10 @@ class TypingService:
 
     # -- joining a chat request ------------------------------------------------------------------
 
-    async def join(self, model: str, prompt: Sequence[int], session: str | None) -> None:
-        """Settle the hints a chat request may use, before it is queued."""
+    async def join(self, tier: str, prompt: Sequence[int], session: str | None) -> None:
+        """Settle the hints a chat request to ``tier`` may use, before it is queued."""
         for hint in list(self.hints.values()):
-            if hint.state not in ACTIVE or hint.model != model:
+            if hint.state not in ACTIVE or hint.tier != tier:
                 continue
             if session is not None and hint.session != session:
                 continue
@@ -209,26 +196,11 @@ class TypingService:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _prefill(self, hint: Hint, engine: Engine) -> Iterator[Any]:
-        """The pre-prefill job's steps, on the inference thread."""
-        tokens = list(hint.tokens)
-        state = self.prefix_cache.fetch(hint.model, tokens)
-        cache = state.cache if state is not None else engine.new_cache()
-        cached = len(state.tokens) if state is not None else 0
-        yield PrefillStarted(cached)
-        try:
-            yield from engine.prefill(tokens[cached:], cache)
-        finally:
-            # Also when cancelled half-way: what was computed is kept for the next hint.
-            offset = cache[0].offset
-            if offset > 0:
-                self.prefix_cache.insert(hint.model, PromptState(cache, tuple(tokens[:offset])))
-
     async def _follow(self, hint: Hint) -> None:
-        assert hint.job is not None
+        assert hint.warmup is not None
         try:
-            async for event in hint.job.events():
-                if isinstance(event, PrefillStarted) and hint.state is PrefillState.QUEUED:
+            async for event in hint.warmup.events():
+                if isinstance(event, Started) and hint.state is PrefillState.QUEUED:
                     hint.state = PrefillState.COMPUTING
                     hint.cached_tokens = event.cached_tokens
         except GatewayError as exc:  # e.g. waited too long for the slot
@@ -236,7 +208,7 @@ class TypingService:
         except Exception:
             log.exception("typing hint %s: prefill failed", hint.id)
         finally:
-            if hint.state is PrefillState.COMPUTING and hint.job.state is JobState.DONE:
+            if hint.state is PrefillState.COMPUTING and hint.warmup.completed:
                 hint.state = PrefillState.READY
                 # Idle from now on: a hint never expires while it waits for or holds the slot.
                 hint.expires_at = time.time() + self.idle_seconds
@@ -249,11 +221,12 @@ class TypingService:
 
     def _end(self, hint: Hint, state: PrefillState) -> None:
         hint.state = state
-        if hint.job is not None and not hint.job.finished:
-            hint.job.cancel()
+        if hint.warmup is not None and not hint.warmup.completed:
+            hint.warmup.cancel()
         if hint.expiry is not None:
             hint.expiry.cancel()
-        self.scheduler.release_prefill_freeze(hint.id)
+        if hint.backend is not None:
+            hint.backend.release_prefill_freeze(hint.id)
         self.metrics.typing_hints.labels(state.value).inc()
         if self.by_session.get(hint.session or "") is hint:
             del self.by_session[hint.session or ""]

@@ -6,7 +6,7 @@ from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
 from gateway.config import load_settings
-from tests.unit.fake_engine import ANSWER, FakeEngine
+from tests.unit.fake_runner import ANSWER, FakeRunner
 
 BODY = {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -15,7 +15,7 @@ async def test_a_secret_is_required_everywhere_but_health() -> None:
     settings = load_settings(
         overrides={"api_key": "s3cret", "cache": {"prefix_cache_bytes": 0}}, environ={}
     )
-    app = create_app(settings, engine_factory=lambda model_id, compute: FakeEngine())  # type: ignore[arg-type,return-value]
+    app = create_app(settings, runner_factory=lambda model_id, compute: FakeRunner())  # type: ignore[arg-type,return-value]
     async with AsyncTestClient(app) as client:
         assert (await client.get("/health")).status_code == 200
         denied = await client.post("/v1/chat/completions", json=BODY)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.engines.base import PromptState
+from gateway.engines.runner import PromptState
 from gateway.metrics import GatewayMetrics
 
 DEFAULT_MAX_ENTRIES = 64
@@ -66,3 +66,19 @@ class PrefixCacheStore:
         self._lru.insert_cache(model, list(state.tokens), state.cache)
         if self.metrics is not None:
             self.metrics.prefix_cache_bytes.set(self.nbytes)
+
+    def drop_model(self, model: str) -> int:
+        """Forget every entry of ``model`` (it was unloaded); returns the bytes freed."""
+        # LRUPromptCache has no per-model removal; its trie and LRU order are walked here.
+        lru = self._lru
+        freed = 0
+        for cache_type, order in lru._lru._lrus.items():
+            for key in [k for k in order if k[0] == model]:
+                order.remove(key)
+                entry = lru._trie.pop(*key)
+                lru._n_bytes -= entry.nbytes
+                lru._n_bytes_by_type[cache_type] -= entry.nbytes
+                freed += entry.nbytes
+        if self.metrics is not None:
+            self.metrics.prefix_cache_bytes.set(self.nbytes)
+        return freed

@@ -1,11 +1,12 @@
-"""An engine that needs no model: tokens are characters, the answer is fixed."""
+"""A model runner that needs no model: tokens are characters, the answer is fixed."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from gateway.engines.base import GenerationEvent, PromptState, SamplingParams
+from gateway.engines.backend import BackendEvent, Finished, SamplingParams, TokenEvent
+from gateway.engines.runner import PromptState
 
 ANSWER = "hello from the fake engine"
 
@@ -14,19 +15,19 @@ class FakeGeneration:
     def __init__(self, prompt: Sequence[int], params: SamplingParams) -> None:
         self.cached_tokens = 0
         self.state: PromptState | None = None
-        words = ANSWER.split(" ")[: params.max_tokens]
-        finish = "stop" if len(words) < params.max_tokens else "length"
-        self._events = iter(
-            GenerationEvent(
-                ("" if i == 0 else " ") + w, i + 1, finish if i == len(words) - 1 else None
-            )
-            for i, w in enumerate(words)
-        )
+        limit = params.max_tokens or 1000
+        words = ANSWER.split(" ")[:limit]
+        finish = "stop" if len(words) < limit else "length"
+        events: list[BackendEvent] = [
+            TokenEvent(("" if i == 0 else " ") + w, (i,)) for i, w in enumerate(words)
+        ]
+        events.append(Finished(finish, len(prompt), len(words)))  # type: ignore[arg-type]
+        self._events = iter(events)
 
-    def __iter__(self) -> Iterator[GenerationEvent]:
+    def __iter__(self) -> Iterator[BackendEvent]:
         return self._events
 
-    def __next__(self) -> GenerationEvent:
+    def __next__(self) -> BackendEvent:
         return next(self._events)
 
     def close(self) -> None:
@@ -36,16 +37,20 @@ class FakeGeneration:
         return False
 
 
-class FakeEngine:
+class FakeRunner:
     model_id = "fake"
     context_length = 4096
     vocab_size = 256
+    default_stop: tuple[str, ...] = ()
 
     def render_chat(self, messages: Sequence[dict[str, Any]], **_: Any) -> list[int]:
         return [ord(c) % 256 for m in messages for c in str(m["content"])] or [0]
 
     def new_cache(self) -> list[Any]:
         return []
+
+    def cache_length(self, cache: Any) -> int:
+        return 0
 
     def prefill(self, tokens: Sequence[int], cache: Any) -> Iterator[int]:
         yield len(tokens)
@@ -55,5 +60,5 @@ class FakeEngine:
     ) -> FakeGeneration:
         return FakeGeneration(prompt, params)
 
-    def memory(self) -> dict[str, int]:
-        return {"active": 0, "peak": 0}
+    def close(self) -> None:
+        pass

@@ -1,4 +1,4 @@
-"""The MLX engine: an mlx-lm model folder behind the gateway's engine interface.
+"""The MLX model runner: an mlx-lm model folder behind the token-level runner interface.
 
 Token generation is mlx-lm's own ``generate_step`` (its prefill, KV cache and pipelined
 decode); this module adds what a server needs around it: per-job samplers, stop strings,
@@ -12,8 +12,17 @@ from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from gateway.engines.base import ChatMessage, GenerationEvent, KVCache, PromptState, SamplingParams
+from gateway.engines.backend import (
+    BackendEvent,
+    ChatMessage,
+    Finished,
+    FinishReason,
+    PrefillProgress,
+    SamplingParams,
+    TokenEvent,
+)
 from gateway.engines.device import ComputePath
+from gateway.engines.runner import KVCache, PromptState
 from gateway.engines.stops import StopMatcher
 
 log = logging.getLogger(__name__)
@@ -29,7 +38,7 @@ class MLXGeneration:
 
     def __init__(
         self,
-        engine: MLXEngine,
+        runner: MLXRunner,
         prompt: Sequence[int],
         params: SamplingParams,
         state: PromptState | None,
@@ -39,12 +48,12 @@ class MLXGeneration:
         self.state: PromptState | None = None
         self._cache: KVCache | None = None
         self._released_offset = 0  # > 0 while the cache is released: the tokens to recompute
-        self._events: Generator[GenerationEvent, None, None] = engine._run(self, params, state)
+        self._events: Generator[BackendEvent, None, None] = runner._run(self, params, state)
 
-    def __iter__(self) -> Iterator[GenerationEvent]:
+    def __iter__(self) -> Iterator[BackendEvent]:
         return self._events
 
-    def __next__(self) -> GenerationEvent:
+    def __next__(self) -> BackendEvent:
         return next(self._events)
 
     def close(self) -> None:
@@ -69,7 +78,7 @@ class MLXGeneration:
         return True
 
 
-class MLXEngine:
+class MLXRunner:
     """A loaded mlx-lm model.
 
     Create it on the thread that will use it, and use it only there (the scheduler's
@@ -77,7 +86,13 @@ class MLXEngine:
     thread and run on another was seen to hang here.
     """
 
-    def __init__(self, model_id: str, folder: Path, compute: ComputePath) -> None:
+    def __init__(
+        self,
+        model_id: str,
+        folder: Path,
+        compute: ComputePath,
+        default_stop: tuple[str, ...] = (),
+    ) -> None:
         import mlx.core as mx
         from mlx_lm import load
         from mlx_lm.utils import dequantize_model
@@ -100,9 +115,17 @@ class MLXEngine:
         self.context_length = int(config.get("max_position_embeddings", 2048))
         self.vocab_size = int(config["vocab_size"])
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
+        self.default_stop = default_stop
         self.prefill_chunk_tokens = PREFILL_CHUNK_TOKENS.get(compute.device, 512)
         mx.reset_peak_memory()  # report the serving peak, not the load-time conversion
-        log.info("engine %s ready on %s", model_id, compute.as_dict())
+        log.info("model %s ready on %s", model_id, compute.as_dict())
+
+    def close(self) -> None:
+        import mlx.core as mx
+
+        # Drop every reference to the weights, then give MLX's cached buffers back.
+        del self.model
+        mx.clear_cache()
 
     # -- prompts -----------------------------------------------------------------------------
 
@@ -110,13 +133,11 @@ class MLXEngine:
         self,
         messages: Sequence[ChatMessage],
         *,
-        tools: Sequence[dict[str, Any]] | None = None,
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
     ) -> list[int]:
         rendered = self.tokenizer.apply_chat_template(
             list(messages),
-            tools=list(tools) if tools else None,
             add_generation_prompt=add_generation_prompt and not continue_final_message,
             continue_final_message=continue_final_message,
             tokenize=True,
@@ -134,6 +155,9 @@ class MLXEngine:
         from mlx_lm.models.cache import make_prompt_cache
 
         return make_prompt_cache(self.model)
+
+    def cache_length(self, cache: KVCache) -> int:
+        return int(cache[0].offset) if cache else 0
 
     def prefill(self, tokens: Sequence[int], cache: KVCache) -> Iterator[int]:
         import mlx.core as mx
@@ -155,7 +179,7 @@ class MLXEngine:
 
     def _run(
         self, generation: MLXGeneration, params: SamplingParams, state: PromptState | None
-    ) -> Generator[GenerationEvent, None, None]:
+    ) -> Generator[BackendEvent, None, None]:
         prompt = generation.prompt
         cache = state.cache if state else self.new_cache()
         generation._cache = cache
@@ -173,46 +197,57 @@ class MLXEngine:
         # Whole chunks are prefilled first, so that a long prompt can be paused or cancelled
         # between them; the last (partial) chunk goes with the first token's pass.
         head = len(uncached) - (len(uncached) % chunk or chunk) if len(uncached) > chunk else 0
-        steps = self._sampled_tokens(uncached[head:], cache, params)  # starts when iterated
+        max_tokens = params.max_tokens or self.context_length - len(prompt)
+        steps = self._sampled_tokens(uncached[head:], cache, params, max_tokens)  # lazy
         detokenizer = self.tokenizer.detokenizer
         stops = StopMatcher(params.stop)
-        pending = ""  # text of the last token, sent with the final event
+
+        def finished(reason: FinishReason) -> Finished:
+            return Finished(reason, len(prompt), len(generated), generation.cached_tokens)
+
+        def final_text() -> tuple[str, bool]:
+            detokenizer.finalize()
+            tail, stopped = stops.feed(detokenizer.last_segment)
+            return tail + ("" if stopped else stops.flush()), stopped
+
         try:
-            for _done in self.prefill(uncached[:head], cache):
-                yield GenerationEvent("", 0)
+            for done in self.prefill(uncached[:head], cache):
+                yield PrefillProgress(generation.cached_tokens + done)
                 restore_released_cache()
             for token in steps:
                 generated.append(token)
-                if generated[-1] in self.eos_token_ids:
+                if token in self.eos_token_ids:
                     break
                 detokenizer.add_token(token)
                 text, stopped = stops.feed(detokenizer.last_segment)
                 if stopped:
-                    yield GenerationEvent(text, len(generated), "stop")
+                    yield TokenEvent(text, (token,))
+                    yield finished("stop")
                     return
-                if len(generated) == params.max_tokens:
-                    pending = text
-                    break
+                if len(generated) == max_tokens:
+                    tail, stopped = final_text()
+                    yield TokenEvent(text + tail, (token,))
+                    yield finished("stop" if stopped else "length")
+                    return
                 # An event per token, even without text: each is a point where the
                 # scheduler may cancel or preempt the job.
-                yield GenerationEvent(text, len(generated))
+                yield TokenEvent(text, (token,))
                 restore_released_cache()
-            detokenizer.finalize()
-            tail, stopped = stops.feed(detokenizer.last_segment)
-            text = pending + tail + ("" if stopped else stops.flush())
+            tail, stopped = final_text()
+            if tail:
+                yield TokenEvent(tail)
             hit_eos = bool(generated) and generated[-1] in self.eos_token_ids
-            finish = "stop" if stopped or hit_eos else "length"
-            yield GenerationEvent(text, len(generated), finish)
+            yield finished("stop" if stopped or hit_eos else "length")
         finally:
             steps.close()
             # The cache holds every token fed so far (also when stopped mid-prefill); mlx-lm
             # feeds each sampled token one step ahead, so after the prompt that is all or all
             # but the last generated token.
-            offset = cache[0].offset if cache else 0
+            offset = self.cache_length(cache)
             generation.state = PromptState(cache, tuple((prompt + generated)[:offset]))
 
     def _sampled_tokens(
-        self, uncached: list[int], cache: KVCache, params: SamplingParams
+        self, uncached: list[int], cache: KVCache, params: SamplingParams, max_tokens: int
     ) -> Generator[int, None, None]:
         """Token ids: the first from one pass over the uncached prompt, the rest from mlx-lm.
 
@@ -234,13 +269,13 @@ class MLXEngine:
             logits = processor(fed, logits)
         first = int(sampler(logits - mx.logsumexp(logits, keepdims=True)).item())  # type: ignore[arg-type]
         yield first
-        if params.max_tokens <= 1:
+        if max_tokens <= 1:
             return
         processors = make_job_logits_processors(params, 0)  # history: the completion only
         steps = generate_step(
             mx.array([first]),
             self.model,
-            max_tokens=params.max_tokens - 1,
+            max_tokens=max_tokens - 1,
             sampler=sampler,
             logits_processors=processors or None,
             prompt_cache=cache,
@@ -251,7 +286,9 @@ class MLXEngine:
         finally:
             steps.close()
 
-    def memory(self) -> dict[str, int]:
-        import mlx.core as mx
 
-        return {"active": int(mx.get_active_memory()), "peak": int(mx.get_peak_memory())}
+def mlx_memory() -> dict[str, int]:
+    """Bytes of MLX memory in use (``active``) and the highest since the last reset."""
+    import mlx.core as mx
+
+    return {"active": int(mx.get_active_memory()), "peak": int(mx.get_peak_memory())}

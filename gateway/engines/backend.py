@@ -1,0 +1,208 @@
+"""The request-level seam: every tier's engine behind one async interface.
+
+A backend takes a whole request (template messages, sampling parameters, priority, session,
+id) and streams typed events back; it can be aborted, health-checked, and it declares what
+it can do. Modelled on vLLM's ``EngineClient`` (``generate`` / ``abort`` / ``check_health``)
+and TGI's ``Backend``. Three kinds sit behind it, side by side:
+
+* ``mlx``: a local model in this Mac's one inference slot (``gateway.engines.local``:
+  the token-level model runner, the shared scheduler and the prefix KV-cache store);
+* ``openai``: an OpenAI-compatible upstream server over HTTP (``gateway.engines.upstream``);
+* ``peer``: another gateway on the LAN (a later issue).
+
+The event union, in the order a generation produces it::
+
+    Started ──▶ PrefillProgress* ──▶ TokenEvent* ──▶ Finished
+
+Nothing here knows HTTP, pydantic or MLX.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from gateway.scheduler.jobs import Priority
+
+ChatMessage = dict[str, Any]
+FinishReason = Literal["stop", "length"]
+BackendKind = Literal["mlx", "openai", "peer"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick tokens, free of any wire format.
+
+    ``max_tokens`` None lets the backend decide (a local one: the rest of the context).
+    """
+
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do; services check these instead of the backend's kind."""
+
+    prefix_cache: bool = False  # reuses KV caches of earlier prompts
+    typing_hints: bool = False  # can pre-prefill while the user types (``Warmable``)
+    structured_output: bool = False  # constrained decoding
+    token_ids: bool = False  # TokenEvent carries the ids of the tokens
+    local_slot: bool = False  # computes in this Mac's one inference slot
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A conversation as the backend will feed it: tokens when the backend renders locally.
+
+    Remote backends render prompts themselves; their ``tokens`` is None.
+    """
+
+    tokens: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One request to a backend."""
+
+    id: str
+    messages: tuple[ChatMessage, ...]
+    params: SamplingParams
+    priority: Priority = Priority.USER
+    session: str | None = None
+    prompt: Prompt = Prompt()
+
+
+# -- events ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Started:
+    """The request holds its compute (the slot, or an upstream's answer); first event."""
+
+    prompt_tokens: int | None  # None: the backend does not know before the end
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class PrefillProgress:
+    """A chunk of the prompt was prefilled: no token yet, but a point to pause or cancel."""
+
+    tokens_done: int
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """New text (possibly empty) and the ids of the tokens that produced it."""
+
+    text: str
+    token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The last event: why the generation ended, and its usage."""
+
+    reason: FinishReason
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+
+BackendEvent = Started | PrefillProgress | TokenEvent | Finished
+
+
+@dataclass(frozen=True)
+class BackendHealth:
+    """``loaded``: weights in memory (local) or the upstream answers (remote)."""
+
+    kind: BackendKind
+    model: str
+    loaded: bool
+    state: str  # "loaded" | "unloaded" | "loading" | "reachable" | "unreachable"
+    memory_bytes: int = 0
+    detail: str | None = None
+
+
+class Backend(Protocol):
+    """The engine behind one tier."""
+
+    kind: BackendKind
+    tier: str
+    model_id: str
+    capabilities: Capabilities
+
+    @property
+    def context_length(self) -> int | None:
+        """Tokens of context, when known (a remote backend may not say)."""
+        ...
+
+    @property
+    def vocab_size(self) -> int | None:
+        """Token ids run from 0 to this, when known (for ``logit_bias``)."""
+        ...
+
+    async def render(self, messages: Sequence[ChatMessage]) -> Prompt:
+        """The prompt the backend will feed for ``messages`` (tokens only if it renders)."""
+        ...
+
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
+        """Stream the request's events; closing the iterator cancels the work.
+
+        Errors before ``Started`` (queue full, waited too long, upstream refused) are raised
+        from the first ``anext``, so a caller can still answer with an error status.
+        """
+        ...
+
+    async def abort(self, request_id: str) -> bool:
+        """Stop a request from another task; False if it is not running here."""
+        ...
+
+    async def health(self) -> BackendHealth: ...
+
+    async def close(self) -> None: ...
+
+
+class Warmup(Protocol):
+    """A pre-prefill in flight (typing hints): follow ``events``, or ``cancel`` it."""
+
+    def events(self) -> AsyncIterator[BackendEvent]:
+        """``Started`` (with the cached tokens) when it holds the slot, then progress; the
+        iterator ends normally once the cache is complete, or raises if it failed."""
+        ...
+
+    def cancel(self) -> None: ...
+
+    @property
+    def completed(self) -> bool:
+        """True once the whole prefix is in the cache."""
+        ...
+
+
+class Warmable(Protocol):
+    """Backends that pre-compute while the user types (``capabilities.typing_hints``)."""
+
+    async def render_fixed_prefix(
+        self, messages: Sequence[ChatMessage], draft: str | None
+    ) -> tuple[int, ...]:
+        """Tokens of what is already fixed: the conversation and the draft's whole words."""
+        ...
+
+    async def warm(self, hint_id: str, tokens: Sequence[int]) -> Warmup:
+        """Queue a pre-prefill of ``tokens`` into the prefix cache (raises 429 when full)."""
+        ...
+
+    def note_typing(self) -> None:
+        """A keystroke: (re)close the typing lock."""
+        ...
+
+    def hold_prefill_freeze(self, holder: str) -> None: ...
+
+    def release_prefill_freeze(self, holder: str) -> None: ...

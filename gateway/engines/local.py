@@ -1,0 +1,252 @@
+"""The local backend: a model on this Mac, in the one inference slot, behind the request seam.
+
+It is the model runner (tokens in, KV cache, one thread) + the shared scheduler (every local
+tier takes the same slot: one Mac, one inference) + the prefix KV-cache store + the memory
+residency of its model (loaded on first use). Requests become slot jobs; each job's steps
+run on the inference thread and come back as the seam's typed events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from gateway.engines.backend import (
+    BackendEvent,
+    BackendHealth,
+    BackendKind,
+    Capabilities,
+    ChatMessage,
+    GenerationRequest,
+    PrefillProgress,
+    Prompt,
+    Started,
+)
+from gateway.engines.prefix_store import PrefixCacheStore
+from gateway.engines.residency import LocalModels, Resident
+from gateway.engines.runner import ModelRunner, PromptState
+from gateway.errors import InvalidRequestError
+from gateway.scheduler.jobs import Job, JobState, Priority
+from gateway.scheduler.slot import Scheduler
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def void(_: object) -> None:
+    """Discard a value (an unload hook returns nothing)."""
+
+
+def fixed_prefix_tokens(
+    runner: ModelRunner, messages: Sequence[ChatMessage], draft: str | None
+) -> list[int]:
+    """Tokens of everything already fixed: the conversation, plus the draft's whole words.
+
+    Without a draft: the chat template without a generation prompt. With one: the draft as
+    an unfinished user message, cut before its last word, which may still grow and so
+    tokenize differently.
+    """
+    words = (draft or "").rstrip()
+    cut = max(words.rfind(" "), words.rfind("\n"))
+    stable = words[:cut] if cut > 0 else ""
+    if not stable.strip():
+        return runner.render_chat(messages, add_generation_prompt=False)
+    return runner.render_chat(
+        [*messages, {"role": "user", "content": stable}], continue_final_message=True
+    )
+
+
+class LocalWarmup:
+    """A pre-prefill job of a typing hint (see ``gateway.engines.backend.Warmup``)."""
+
+    def __init__(self, backend: LocalBackend, job: Job) -> None:
+        self.backend = backend
+        self.job = job
+
+    async def events(self) -> AsyncIterator[BackendEvent]:
+        try:
+            async for event in self.job.events():
+                yield event
+        finally:
+            self.backend.models.release(self.backend.resident)
+
+    def cancel(self) -> None:
+        self.job.cancel()
+
+    @property
+    def completed(self) -> bool:
+        return self.job.state is JobState.DONE
+
+
+class LocalBackend:
+    """One local tier (kind ``mlx``)."""
+
+    kind: BackendKind = "mlx"
+
+    def __init__(
+        self,
+        tier: str,
+        resident: Resident,
+        models: LocalModels,
+        scheduler: Scheduler,
+        prefix_store: PrefixCacheStore,
+    ) -> None:
+        self.tier = tier
+        self.model_id = resident.model_id
+        self.resident = resident
+        self.models = models
+        self.scheduler = scheduler
+        self.prefix_store = prefix_store
+        self.capabilities = Capabilities(
+            prefix_cache=prefix_store.enabled,
+            typing_hints=prefix_store.enabled,  # a warmed cache lives in the store
+            token_ids=True,
+            local_slot=True,
+        )
+        self._jobs: dict[str, Job] = {}
+        # Known after the first load; kept across unloads (the model does not change).
+        self._context_length: int | None = None
+        self._vocab_size: int | None = None
+        resident.on_unload.append(lambda: void(prefix_store.drop_model(tier)))
+
+    @property
+    def context_length(self) -> int | None:
+        return self._context_length
+
+    @property
+    def vocab_size(self) -> int | None:
+        return self._vocab_size
+
+    # -- prompts -----------------------------------------------------------------------------
+
+    async def render(self, messages: Sequence[ChatMessage]) -> Prompt:
+        tokens = await self._with_runner(lambda runner: runner.render_chat(messages))
+        return Prompt(tuple(tokens))
+
+    async def render_fixed_prefix(
+        self, messages: Sequence[ChatMessage], draft: str | None
+    ) -> tuple[int, ...]:
+        tokens = await self._with_runner(
+            lambda runner: fixed_prefix_tokens(runner, messages, draft)
+        )
+        return tuple(tokens)
+
+    async def _with_runner(self, render: Callable[[ModelRunner], T]) -> T:
+        """Run a (Jinja + tokenizer) rendering in a worker thread; a refusal is a 400."""
+        runner = await self.models.acquire(self.resident)
+        self._context_length, self._vocab_size = runner.context_length, runner.vocab_size
+        try:
+            return await asyncio.to_thread(render, runner)
+        except Exception as exc:  # the model's template or tokenizer refused this conversation
+            raise InvalidRequestError(f"cannot render messages: {exc}", param="messages") from exc
+        finally:
+            self.models.release(self.resident)
+
+    # -- generation --------------------------------------------------------------------------
+
+    async def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
+        if request.prompt.tokens is None:
+            request = replace(request, prompt=await self.render(request.messages))
+        runner = await self.models.acquire(self.resident, request.priority)
+        try:
+            job = Job(
+                priority=request.priority,
+                work=lambda: self._work(runner, request, job),
+                kind="chat",
+            )
+            self.scheduler.submit(job)
+            self._jobs[request.id] = job
+            try:
+                async for event in job.events():
+                    yield event
+            finally:
+                self._jobs.pop(request.id, None)
+                if not job.finished:
+                    job.cancel()
+        finally:
+            self.models.release(self.resident)
+
+    def _work(self, runner: ModelRunner, request: GenerationRequest, job: Job) -> Iterator[Any]:
+        """The job's steps, on the inference thread: reuse a cached prefix, then generate."""
+        assert request.prompt.tokens is not None
+        prompt = list(request.prompt.tokens)
+        params = request.params
+        if runner.default_stop:
+            params = replace(params, stop=(*params.stop, *runner.default_stop))
+        state = self.prefix_store.fetch(self.tier, prompt)
+        generation = runner.generate(prompt, params, state)
+        job.release_memory = generation.release_cache
+        yield Started(len(prompt), generation.cached_tokens)
+        try:
+            yield from generation
+        finally:
+            if generation.state is not None:
+                self.prefix_store.insert(self.tier, generation.state)
+
+    async def abort(self, request_id: str) -> bool:
+        job = self._jobs.get(request_id)
+        if job is None:
+            return False
+        job.cancel()
+        return True
+
+    # -- typing hints ------------------------------------------------------------------------
+
+    async def warm(self, hint_id: str, tokens: Sequence[int]) -> LocalWarmup:
+        runner = await self.models.acquire(self.resident)
+        job = Job(
+            Priority.USER,
+            work=lambda: self._prefill(runner, list(tokens)),
+            kind="prefill",
+            preemptible=False,
+            id=f"prefill-{hint_id}",
+        )
+        try:
+            self.scheduler.submit(job)
+        except BaseException:
+            self.models.release(self.resident)
+            raise
+        return LocalWarmup(self, job)
+
+    def _prefill(self, runner: ModelRunner, tokens: list[int]) -> Iterator[BackendEvent]:
+        """The pre-prefill job's steps, on the inference thread."""
+        state = self.prefix_store.fetch(self.tier, tokens)
+        cache = state.cache if state is not None else runner.new_cache()
+        cached = len(state.tokens) if state is not None else 0
+        yield Started(len(tokens), cached)
+        try:
+            for done in runner.prefill(tokens[cached:], cache):
+                yield PrefillProgress(cached + done)
+        finally:
+            # Also when cancelled half-way: what was computed is kept for the next hint.
+            offset = runner.cache_length(cache)
+            if offset > 0:
+                self.prefix_store.insert(self.tier, PromptState(cache, tuple(tokens[:offset])))
+
+    def note_typing(self) -> None:
+        self.scheduler.note_typing()
+
+    def hold_prefill_freeze(self, holder: str) -> None:
+        self.scheduler.hold_prefill_freeze(holder)
+
+    def release_prefill_freeze(self, holder: str) -> None:
+        self.scheduler.release_prefill_freeze(holder)
+
+    # -- state -------------------------------------------------------------------------------
+
+    async def health(self) -> BackendHealth:
+        resident = self.resident
+        return BackendHealth(
+            kind=self.kind,
+            model=self.model_id,
+            loaded=resident.runner is not None,
+            state=resident.state,
+            memory_bytes=resident.loaded_bytes,
+        )
+
+    async def close(self) -> None:
+        for job in list(self._jobs.values()):
+            job.cancel()

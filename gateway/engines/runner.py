@@ -1,0 +1,96 @@
+"""The token-level model runner: the inside of a local backend (tokens in, KV caches, events out).
+
+A runner is one loaded model. Every method is synchronous and is called only from the
+scheduler's single inference thread, which is what makes "one Mac, one inference"
+structural rather than a convention. The request-level seam above it is
+``gateway.engines.backend``; nothing outside ``gateway/engines`` touches a runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.engines.backend import BackendEvent, ChatMessage, SamplingParams
+
+# A runner's KV cache, opaque to everyone but the runner (mlx-lm: a list of cache objects).
+KVCache = Any
+
+
+@dataclass(frozen=True)
+class PromptState:
+    """A KV cache and the tokens it holds, handed to ``generate`` to skip their prefill."""
+
+    cache: KVCache
+    tokens: tuple[int, ...]
+
+
+class Generation(Protocol):
+    """A generation in flight: iterate it for ``PrefillProgress``, ``TokenEvent`` and a last
+    ``Finished``; close it to cancel. One event per token, so a consumer can stop within one."""
+
+    cached_tokens: int
+    # Set when the generation has ended: the cache and exactly the tokens it holds.
+    state: PromptState | None
+
+    def __iter__(self) -> Iterator[BackendEvent]: ...
+
+    def __next__(self) -> BackendEvent: ...
+
+    def close(self) -> None: ...
+
+    def release_cache(self) -> bool:
+        """While paused: free the KV cache, to be recomputed on resume (False: cannot)."""
+        ...
+
+
+class ModelRunner(Protocol):
+    """A loaded model."""
+
+    model_id: str
+    context_length: int
+    vocab_size: int
+    # Stop strings the model needs with every request (a base model's turn marker).
+    default_stop: tuple[str, ...]
+
+    def render_chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+    ) -> list[int]:
+        """Apply the model's chat template and return prompt tokens.
+
+        ``continue_final_message`` leaves the last message open (no end-of-turn), for
+        pre-computing a message that is still being typed.
+        """
+        ...
+
+    def new_cache(self) -> KVCache: ...
+
+    def cache_length(self, cache: KVCache) -> int:
+        """How many tokens ``cache`` holds."""
+        ...
+
+    def prefill(self, tokens: Sequence[int], cache: KVCache) -> Iterator[int]:
+        """Feed ``tokens`` into ``cache`` in chunks, yielding the count done after each chunk."""
+        ...
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        params: SamplingParams,
+        state: PromptState | None = None,
+    ) -> Generation:
+        """Stream a completion of ``prompt`` (``params.max_tokens`` is set by the caller).
+
+        ``state`` holds a cache already filled with a prefix of ``prompt``; it is extended
+        in place.
+        """
+        ...
+
+    def close(self) -> None:
+        """Drop the weights (unloading); the runner is not used afterwards."""
+        ...
