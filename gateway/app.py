@@ -76,10 +76,10 @@ def mlx_runner_factory(settings: Settings) -> RunnerFactory:
     return build
 
 
-def _memory_probe() -> int:
+def _memory_probe() -> dict[str, int]:
     from gateway.engines.mlx_runner import mlx_memory
 
-    return mlx_memory()["active"]
+    return mlx_memory()
 
 
 def scheduler_config(settings: Settings) -> SchedulerConfig:
@@ -186,7 +186,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             scheduler,
             metrics,
             settings.memory_budget_bytes,
-            memory_probe=_memory_probe if runner_factory is None else lambda: 0,
+            memory_probe=_memory_probe if runner_factory is None else _no_memory,
         )
         await local_models.start()
         backends: list[Backend] = []
@@ -275,6 +275,10 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
         ),
         debug=False,
     )
+
+
+def _no_memory() -> dict[str, int]:
+    return {"active": 0, "peak": 0}
 
 
 def _estimator(settings: Settings, compute: ComputePath) -> Callable[[str], int]:

@@ -57,12 +57,12 @@ def _raw_runner(model_folder: Path, max_tokens: int) -> Callable[[], dict[str, f
         ):
             if response.text:  # counted as the gateway counts: tokens that carry text
                 times.append(time.perf_counter())
-        return _measure(started, times, mx.get_peak_memory())
+        return measure(started, times, mx.get_peak_memory())
 
     return run_once
 
 
-def _measure(started: float, token_times: list[float], peak_bytes: float) -> dict[str, float]:
+def measure(started: float, token_times: list[float], peak_bytes: float) -> dict[str, float]:
     first, last = token_times[0], token_times[-1]
     decode = (len(token_times) - 1) / (last - first) if len(token_times) > 1 else 0.0
     return {
@@ -73,7 +73,10 @@ def _measure(started: float, token_times: list[float], peak_bytes: float) -> dic
     }
 
 
-def _gateway_run(client: httpx.Client, model: str, max_tokens: int) -> dict[str, float]:
+def stream_token_times(
+    client: httpx.Client, model: str, max_tokens: int, path: str = "/v1/chat/completions"
+) -> tuple[float, list[float]]:
+    """Stream the fixed prompt greedily; the start time and each text-carrying chunk's time."""
     body = {
         "model": model,
         "messages": PROMPT,
@@ -85,16 +88,21 @@ def _gateway_run(client: httpx.Client, model: str, max_tokens: int) -> dict[str,
     }
     times: list[float] = []
     started = time.perf_counter()
-    with client.stream("POST", "/v1/chat/completions", json=body) as response:
+    with client.stream("POST", path, json=body) as response:
         response.raise_for_status()
         for line in response.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
-            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+            if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
                 times.append(time.perf_counter())
+    return started, times
+
+
+def _gateway_run(client: httpx.Client, model: str, max_tokens: int) -> dict[str, float]:
+    started, times = stream_token_times(client, model, max_tokens)
     memory = client.get("/health").json()["memory"]
-    return _measure(started, times, memory["peak"])
+    return measure(started, times, memory["peak"])
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -29,7 +29,8 @@ from gateway.scheduler.slot import Scheduler
 log = logging.getLogger(__name__)
 
 RunnerLoader = Callable[[], ModelRunner]  # called on the inference thread
-MemoryProbe = Callable[[], int]  # bytes the framework holds now (inference thread)
+# Bytes the framework holds: {"active": now, "peak": highest since it was reset}.
+MemoryProbe = Callable[[], dict[str, int]]
 KEEP_ALIVE_CHECK_SECONDS = 1.0
 
 
@@ -169,9 +170,9 @@ class LocalModels:
 
         def work() -> Iterator[tuple[ModelRunner, int, float]]:
             started = time.perf_counter()
-            before = self.memory_probe()
+            before = self.memory_probe()["active"]
             runner = resident.load()
-            measured = self.memory_probe() - before
+            measured = self.memory_probe()["active"] - before
             yield runner, max(measured, 0), time.perf_counter() - started
 
         job = Job(priority, work=work, kind="load", preemptible=False)
@@ -250,7 +251,8 @@ class LocalModels:
         return {
             "budget": self.budget_bytes,
             "loaded": sum(r.loaded_bytes for r in self.residents),
-            "active": self.memory_probe(),  # all the framework holds: weights and caches
+            # All the framework holds (weights and caches), now and at its highest.
+            **self.memory_probe(),
         }
 
 

@@ -44,7 +44,7 @@ from gateway.scheduler.lease import SlotLease
 from gateway.scheduler.slot import Scheduler
 
 log = logging.getLogger(__name__)
-HEALTH_TIMEOUT_SECONDS = 2.0
+HEALTH_TIMEOUT_SECONDS = 1.0
 MAX_ECHOED_ERROR_CHARS = 500
 
 

@@ -164,9 +164,9 @@ def convert_tensor(tensor: Any) -> tuple[dict[str, Any], int | None]:
     if kind in ("F32", "F16", "BF16"):
         return {name: mx.array(values)}, None
     # Q6_K and anything else: 8-bit with float32 scales (the closest MLX has).
-    weight, scales, biases = mx.quantize(mx.array(values), group_size=GROUP_SIZE, bits=8)
+    packed, q_scales, q_biases = mx.quantize(mx.array(values), group_size=GROUP_SIZE, bits=8)
     stem = name.removesuffix(".weight")
-    return {name: weight, f"{stem}.scales": scales, f"{stem}.biases": biases}, 8
+    return {name: packed, f"{stem}.scales": q_scales, f"{stem}.biases": q_biases}, 8
 
 
 # -- config and tokenizer ------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, post
@@ -33,8 +34,9 @@ class ServerSentEvents(Response[Any]):
 def _sse_events(service: ChatService, run: ChatRun) -> AsyncIterator[dict[str, str]]:
     async def events() -> AsyncIterator[dict[str, str]]:
         try:
-            async for chunk in service.stream(run):
-                yield {"data": chunk.model_dump_json()}
+            async with aclosing(service.stream(run)) as chunks:
+                async for chunk in chunks:
+                    yield {"data": chunk.model_dump_json()}
         except GatewayError as exc:  # after the 200 was sent: report inside the stream
             yield {"data": gateway_error_body(exc).model_dump_json()}
             return

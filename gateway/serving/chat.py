@@ -7,7 +7,8 @@ Nothing here knows HTTP or MLX: routes call ``prepare`` and then ``start`` and `
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 from gateway.engines.backend import (
@@ -181,7 +182,7 @@ class ChatService:
             raise RuntimeError(f"backend {backend.kind} began with {first!r}, not Started")
         return ChatRun(chat, events, first)
 
-    async def events(self, run: ChatRun) -> AsyncIterator[TokenEvent]:
+    async def events(self, run: ChatRun) -> AsyncGenerator[TokenEvent, None]:
         """The generation's tokens; closes the backend's stream if the consumer stops early."""
         first_token_at: float | None = None
         failed = False
@@ -237,7 +238,8 @@ class ChatService:
                 )
 
     async def complete(self, run: ChatRun) -> ChatCompletion:
-        parts = [event.text async for event in self.events(run)]
+        async with aclosing(self.events(run)) as events:
+            parts = [event.text async for event in events]
         return ChatCompletion(
             id=run.chat.id,
             created=run.chat.created,
@@ -251,7 +253,7 @@ class ChatService:
             usage=run.usage(),
         )
 
-    async def stream(self, run: ChatRun) -> AsyncIterator[ChatCompletionChunk]:
+    async def stream(self, run: ChatRun) -> AsyncGenerator[ChatCompletionChunk, None]:
         chat = run.chat
 
         def chunk(delta: ChoiceDelta, finish: str | None = None) -> ChatCompletionChunk:
@@ -263,9 +265,11 @@ class ChatService:
             )
 
         yield chunk(ChoiceDelta(role="assistant", content=""))
-        async for event in self.events(run):
-            if event.text:
-                yield chunk(ChoiceDelta(content=event.text))
+        # aclosing: a consumer that stops early closes the backend's stream now, not at GC.
+        async with aclosing(self.events(run)) as events:
+            async for event in events:
+                if event.text:
+                    yield chunk(ChoiceDelta(content=event.text))
         yield chunk(ChoiceDelta(), run.finish_reason)
         options = chat.request.stream_options
         if options and options.include_usage:

@@ -1,0 +1,103 @@
+"""The chat service on the request-level seam: a fake backend, OpenAI shapes out."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import ContextLengthExceededError, QueueFullError
+from gateway.metrics import GatewayMetrics
+from gateway.protocol.openai import ChatCompletionRequest
+from gateway.serving.chat import ChatService
+from gateway.serving.tiers import Tier, TierRegistry
+from gateway.serving.typing import TypingService
+from tests.unit.fake_backend import ANSWER, FakeBackend
+
+
+def make(backend: FakeBackend | None = None) -> tuple[ChatService, FakeBackend, GatewayMetrics]:
+    backend = backend or FakeBackend()
+    registry = TierRegistry(
+        {"fast": Tier("fast", backend, 0)},  # type: ignore[arg-type]
+        {"gpt-4o-mini": "fast"},
+        "fast",
+    )
+    metrics = GatewayMetrics()
+    return ChatService(registry, metrics, TypingService(registry, metrics, 60)), backend, metrics
+
+
+def request(**fields: object) -> ChatCompletionRequest:
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}], **fields}
+    return ChatCompletionRequest.model_validate(body)
+
+
+def counted(metrics: GatewayMetrics, outcome: str) -> float:
+    return metrics.tier_requests.labels("fast", "mlx", outcome)._value.get()
+
+
+async def test_complete_joins_tokens_and_reports_usage() -> None:
+    chat, backend, metrics = make()
+    prepared = await chat.prepare(request())
+    completion = await chat.complete(await chat.start(prepared))
+    assert completion.choices[0].message.content == "".join(ANSWER)
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.usage.completion_tokens == len(ANSWER)
+    assert completion.usage.prompt_tokens == len(prepared.prompt.tokens or ())
+    # The rest of the context, when the client sets no limit.
+    assert backend.requests[0].params.max_tokens == 10_000 - completion.usage.prompt_tokens
+    assert counted(metrics, "ok") == 1
+
+
+async def test_stream_sends_role_content_finish_and_usage() -> None:
+    chat, _, _ = make()
+    prepared = await chat.prepare(
+        request(stream=True, max_tokens=2, stream_options={"include_usage": True})
+    )
+    chunks = [c async for c in chat.stream(await chat.start(prepared))]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].delta.content for c in chunks[1:3]] == list(ANSWER[:2])
+    assert chunks[3].choices[0].finish_reason == "length"
+    assert chunks[4].choices == [] and chunks[4].usage is not None
+    assert chunks[4].usage.completion_tokens == 2
+
+
+async def test_errors_before_the_start_reach_the_caller() -> None:
+    backend = FakeBackend()
+    backend.fail_before_start = QueueFullError("full", retry_after=3)
+    chat, _, metrics = make(backend)
+    with pytest.raises(QueueFullError):
+        await chat.start(await chat.prepare(request()))
+    assert counted(metrics, "error") == 1
+
+
+async def test_a_consumer_that_leaves_closes_the_backend_stream() -> None:
+    chat, backend, metrics = make()
+    run = await chat.start(await chat.prepare(request(stream=True)))
+    stream = chat.stream(run)
+    await anext(stream)  # the role chunk
+    await anext(stream)  # one token
+    await stream.aclose()
+    assert backend.closed_streams == 1
+    assert counted(metrics, "cancelled") == 1
+
+
+async def test_context_length_is_checked_where_the_prompt_is_known() -> None:
+    chat, _, _ = make()
+    with pytest.raises(ContextLengthExceededError):
+        await chat.prepare(request(max_tokens=10_000))
+
+
+async def test_a_remote_backend_renders_itself_and_gets_no_local_limit() -> None:
+    backend = FakeBackend()
+    backend.kind = "openai"
+    backend.context_length = None
+
+    async def remote_render(messages: object) -> object:
+        from gateway.engines.backend import Prompt
+
+        return Prompt()
+
+    backend.render = remote_render  # type: ignore[method-assign,assignment]
+    chat, backend, _ = make(backend)
+    completion = await chat.complete(await chat.start(await chat.prepare(request())))
+    assert completion.choices[0].message.content == "".join(ANSWER)
+    assert backend.requests[0].params.max_tokens is None
+    assert backend.requests[0].prompt.tokens is None
