@@ -35,12 +35,15 @@ from gateway.routes.chat import ChatController
 from gateway.routes.errors import EXCEPTION_HANDLERS
 from gateway.routes.models import ModelsController
 from gateway.routes.ops import OpsController
+from gateway.routes.tasks import TasksController
 from gateway.routes.typing import TypingController
 from gateway.scheduler.jobs import Priority
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
 from gateway.serving.chat import ChatService
+from gateway.serving.tasks import TaskPrompts, TaskService
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.serving.typing import TypingService
+from gateway.tasks.definitions import BUILTIN_PROMPTS, TaskCatalog
 
 log = logging.getLogger("gateway")
 
@@ -61,6 +64,7 @@ class Services:
     registry: TierRegistry
     chat: ChatService
     typing: TypingService
+    tasks: TaskService
 
 
 def mlx_runner_factory(settings: Settings) -> RunnerFactory:
@@ -222,7 +226,13 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
                     local_models.release(resident)
             assert settings.default_tier is not None
             registry = TierRegistry(tiers, settings.aliases, settings.default_tier)
-            typing = TypingService(registry, metrics, settings.cache.hint_idle_seconds)
+            catalog = TaskCatalog.load([BUILTIN_PROMPTS, *settings.task_folders])
+            task_prompts = TaskPrompts(catalog, registry)
+            typing = TypingService(
+                registry, metrics, settings.cache.hint_idle_seconds, task_prompts
+            )
+            chat = ChatService(registry, metrics, typing)
+            tasks = TaskService(task_prompts, chat)
             app.state.services = Services(
                 settings=settings,
                 compute=compute,
@@ -230,8 +240,9 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
                 scheduler=scheduler,
                 local_models=local_models,
                 registry=registry,
-                chat=ChatService(registry, metrics, typing),
+                chat=chat,
                 typing=typing,
+                tasks=tasks,
             )
             log.info("gateway ready: models %s", ", ".join(registry.names()))
             yield
@@ -249,7 +260,13 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
         return Provide(get, sync_to_thread=False)
 
     return Litestar(
-        route_handlers=[ChatController, ModelsController, OpsController, TypingController],
+        route_handlers=[
+            ChatController,
+            ModelsController,
+            OpsController,
+            TasksController,
+            TypingController,
+        ],
         lifespan=[lifespan],
         dependencies={
             name: provide(name)
@@ -261,6 +278,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
                 "metrics",
                 "compute",
                 "local_models",
+                "tasks",
             )
         },
         exception_handlers=EXCEPTION_HANDLERS,

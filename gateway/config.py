@@ -128,6 +128,11 @@ class Settings(_Section):
         description="Bytes all loaded local models may hold together (least recently used "
         "idle models are unloaded to make room).",
     )
+    task_folders: list[Path] = Field(
+        default_factory=list,
+        description="Folders of task type files (*.toml), read after the built-in prompts/; "
+        "a file of the same name overrides a built-in task type.",
+    )
     aliases: dict[str, str] = Field(
         default_factory=dict,
         description="Extra model names clients may use (e.g. gpt-4o-mini) -> a tier or model id.",

@@ -9,6 +9,7 @@
     ├── ModelNotFoundError            404 code=model_not_found
     ├── NotFoundError                 404 (an unknown typing hint, ...)
     ├── RequestTooLargeError          413
+    ├── UnprocessableError            422 (a task's arguments: missing, unknown, too long)
     ├── QueueFullError                429 + Retry-After
     ├── ServiceUnavailableError       503 (queue wait limit, memory budget, shutting down)
     ├── UpstreamError                 502 an upstream server failed or answered badly
@@ -60,6 +61,12 @@ class RequestTooLargeError(GatewayError):
     status_code = 413
     error_type = "invalid_request_error"
     code = "request_too_large"
+
+
+class UnprocessableError(GatewayError):
+    status_code = 422
+    error_type = "invalid_request_error"
+    code = "invalid_argument"
 
 
 class QueueFullError(GatewayError):

@@ -31,6 +31,18 @@ BackendKind = Literal["mlx", "openai", "peer"]
 
 
 @dataclass(frozen=True)
+class Grammar:
+    """A constraint on the output (structured output), engine-neutral.
+
+    ``json_schema``: ``source`` is the schema as JSON text; ``lark``: a Lark grammar in
+    llguidance's dialect (which can embed ``%json{...}``).
+    """
+
+    kind: Literal["json_schema", "lark"]
+    source: str
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """How to pick tokens, free of any wire format.
 
@@ -45,6 +57,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[int, float] = field(default_factory=dict)
+    grammar: Grammar | None = None
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,7 @@ class LocalBackend:
             prefix_cache=prefix_store.enabled,
             typing_hints=prefix_store.enabled,  # a warmed cache lives in the store
             token_ids=True,
+            structured_output=True,  # llguidance in the runner
             local_slot=True,
         )
         self._jobs: dict[str, Job] = {}

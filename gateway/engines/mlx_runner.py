@@ -8,7 +8,7 @@ usage counts and the cache state left behind for reuse.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -17,10 +17,12 @@ from gateway.engines.backend import (
     ChatMessage,
     Finished,
     FinishReason,
+    Grammar,
     PrefillProgress,
     SamplingParams,
     TokenEvent,
 )
+from gateway.engines.constrained import GrammarConstraint, make_llg_tokenizer
 from gateway.engines.device import ComputePath
 from gateway.engines.runner import KVCache, PromptState
 from gateway.engines.stops import StopMatcher
@@ -42,13 +44,16 @@ class MLXGeneration:
         prompt: Sequence[int],
         params: SamplingParams,
         state: PromptState | None,
+        constraint: GrammarConstraint | None = None,
     ) -> None:
         self.prompt = list(prompt)
         self.cached_tokens = len(state.tokens) if state else 0
         self.state: PromptState | None = None
         self._cache: KVCache | None = None
         self._released_offset = 0  # > 0 while the cache is released: the tokens to recompute
-        self._events: Generator[BackendEvent, None, None] = runner._run(self, params, state)
+        self._events: Generator[BackendEvent, None, None] = runner._run(
+            self, params, state, constraint
+        )
 
     def __iter__(self) -> Iterator[BackendEvent]:
         return self._events
@@ -99,6 +104,8 @@ class MLXRunner:
 
         self.model_id = model_id
         self.compute = compute
+        self.folder = folder
+        self._llg_tokenizer: Any = None  # built on the first constrained request
         self.model, self.tokenizer, config = cast(
             tuple[Any, Any, dict[str, Any]], load(str(folder), return_config=True)
         )
@@ -175,10 +182,25 @@ class MLXRunner:
     def generate(
         self, prompt: Sequence[int], params: SamplingParams, state: PromptState | None = None
     ) -> MLXGeneration:
-        return MLXGeneration(self, prompt, params, state)
+        # The grammar is compiled now, so that a bad one fails before the job reports a start.
+        constraint = self._constraint(params.grammar) if params.grammar else None
+        return MLXGeneration(self, prompt, params, state, constraint)
+
+    def _constraint(self, grammar: Grammar) -> GrammarConstraint:
+        if self._llg_tokenizer is None:
+            self._llg_tokenizer = make_llg_tokenizer(
+                self.folder / "tokenizer.json", self.vocab_size, sorted(self.eos_token_ids)
+            )
+        return GrammarConstraint(
+            self._llg_tokenizer, grammar, use_metal=self.compute.device == "metal"
+        )
 
     def _run(
-        self, generation: MLXGeneration, params: SamplingParams, state: PromptState | None
+        self,
+        generation: MLXGeneration,
+        params: SamplingParams,
+        state: PromptState | None,
+        constraint: GrammarConstraint | None,
     ) -> Generator[BackendEvent, None, None]:
         prompt = generation.prompt
         cache = state.cache if state else self.new_cache()
@@ -198,7 +220,7 @@ class MLXRunner:
         # between them; the last (partial) chunk goes with the first token's pass.
         head = len(uncached) - (len(uncached) % chunk or chunk) if len(uncached) > chunk else 0
         max_tokens = params.max_tokens or self.context_length - len(prompt)
-        steps = self._sampled_tokens(uncached[head:], cache, params, max_tokens)  # lazy
+        steps = self._sampled_tokens(uncached[head:], cache, params, max_tokens, constraint)
         detokenizer = self.tokenizer.detokenizer
         stops = StopMatcher(params.stop)
 
@@ -247,7 +269,12 @@ class MLXRunner:
             generation.state = PromptState(cache, tuple((prompt + generated)[:offset]))
 
     def _sampled_tokens(
-        self, uncached: list[int], cache: KVCache, params: SamplingParams, max_tokens: int
+        self,
+        uncached: list[int],
+        cache: KVCache,
+        params: SamplingParams,
+        max_tokens: int,
+        constraint: GrammarConstraint | None,
     ) -> Generator[int, None, None]:
         """Token ids: the first from one pass over the uncached prompt, the rest from mlx-lm.
 
@@ -263,15 +290,19 @@ class MLXRunner:
         from gateway.engines.sampling import make_job_logits_processors, make_job_sampler
 
         sampler = make_job_sampler(params)
+        # The grammar's mask comes last: whatever biases did, only allowed tokens remain.
+        grammar: list[Callable[[mx.array, mx.array], mx.array]] = (
+            [constraint] if constraint is not None else []
+        )
         fed = mx.array(uncached)
         logits = self.model(fed[None], cache=cache)[:, -1, :]
-        for processor in make_job_logits_processors(params, len(uncached)):
+        for processor in [*make_job_logits_processors(params, len(uncached)), *grammar]:
             logits = processor(fed, logits)
         first = int(sampler(logits - mx.logsumexp(logits, keepdims=True)).item())  # type: ignore[arg-type]
         yield first
         if max_tokens <= 1:
             return
-        processors = make_job_logits_processors(params, 0)  # history: the completion only
+        processors = [*make_job_logits_processors(params, 0), *grammar]  # completion only
         steps = generate_step(
             mx.array([first]),
             self.model,

@@ -10,7 +10,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_STOP_SEQUENCES = 16
 
@@ -60,8 +60,30 @@ class StreamOptions(_Strict):
     include_usage: bool = False
 
 
+class JSONSchemaFormat(_Strict):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = Field(
+        None,
+        description="Accepted either way: the output always matches the schema (constrained "
+        "decoding); objects get additionalProperties: false unless the schema says otherwise.",
+    )
+
+
 class ResponseFormat(_Strict):
-    type: Literal["text"] = Field(description="Only plain text responses are supported.")
+    """``text``, ``json_object`` (any JSON object) or ``json_schema``; the JSON ones are
+    enforced by constrained decoding: valid JSON always, or ``finish_reason: length`` when
+    ``max_tokens`` cut it."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("response_format of type json_schema needs json_schema")
+        return self
 
 
 class ChatCompletionRequest(_Strict):

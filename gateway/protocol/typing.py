@@ -2,24 +2,40 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.protocol.openai import ChatMessage, NoTools
 
 HintStateName = Literal["queued", "computing", "ready", "used", "aborted", "superseded", "expired"]
 
 
+class TaskHint(BaseModel):
+    """A task type about to be run, and the arguments already known."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    type: str = Field(min_length=1, max_length=200, description="The task type's id.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Arguments known so far.")
+
+
 class TypingHintRequest(BaseModel):
-    """The conversation so far, posted when the user starts typing the next message."""
+    """The conversation so far, posted when the user starts typing the next message.
+
+    Either ``messages`` (a chat) or ``task`` (a task type: its static part is warmed, and the
+    whole prompt when every required argument is known).
+    """
 
     model_config = ConfigDict(strict=True, extra="ignore")
 
-    model: str | None = Field(None, description="Default: the gateway's default model.")
-    messages: list[ChatMessage] = Field(
-        min_length=1, description="Everything that will precede the message being typed."
+    model: str | None = Field(
+        None, description="Default: the task type's tier, else the default tier."
     )
+    messages: list[ChatMessage] | None = Field(
+        None, min_length=1, description="Everything that will precede the message being typed."
+    )
+    task: TaskHint | None = None
     tools: NoTools = None
     session: str | None = Field(
         None,
@@ -28,6 +44,12 @@ class TypingHintRequest(BaseModel):
         description="A newer hint of the same session supersedes the older one.",
     )
     draft: str | None = Field(None, description="The text typed so far (progressive hints).")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> TypingHintRequest:
+        if (self.messages is None) == (self.task is None):
+            raise ValueError("give either messages or task")
+        return self
 
 
 class TypingHint(BaseModel):

@@ -2,47 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, post
 from litestar.di import NamedDependency
 from litestar.params import HeaderParameter, JSONBody
-from sse_starlette import EventSourceResponse
 
-from gateway.errors import GatewayError
 from gateway.protocol.openai import ChatCompletionRequest
 from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
-from gateway.routes.errors import ERROR_RESPONSES, gateway_error_body
-from gateway.serving.chat import ChatRun, ChatService
-
-SSE_PING_SECONDS = 10
-
-
-class ServerSentEvents(Response[Any]):
-    """Hands an sse-starlette stream to Litestar as this handler's response."""
-
-    def __init__(self, stream: EventSourceResponse) -> None:
-        super().__init__(content=None, media_type="text/event-stream")
-        self.stream = stream
-
-    def to_asgi_response(self, *args: Any, **kwargs: Any) -> Any:
-        return self.stream
-
-
-def _sse_events(service: ChatService, run: ChatRun) -> AsyncIterator[dict[str, str]]:
-    async def events() -> AsyncIterator[dict[str, str]]:
-        try:
-            async with aclosing(service.stream(run)) as chunks:
-                async for chunk in chunks:
-                    yield {"data": chunk.model_dump_json()}
-        except GatewayError as exc:  # after the 200 was sent: report inside the stream
-            yield {"data": gateway_error_body(exc).model_dump_json()}
-            return
-        yield {"data": "[DONE]"}
-
-    return events()
+from gateway.routes.errors import ERROR_RESPONSES
+from gateway.routes.sse import ServerSentEvents
+from gateway.serving.chat import ChatService
 
 
 class ChatController(Controller):
@@ -78,8 +48,7 @@ class ChatController(Controller):
         try:
             run = await unless_disconnected(request, chat.start(prepared))
             if data.stream:
-                stream = EventSourceResponse(_sse_events(chat, run), ping=SSE_PING_SECONDS)
-                return ServerSentEvents(stream)
+                return ServerSentEvents(chat.stream(run))
             completion = await unless_disconnected(request, chat.complete(run))
         except ClientDisconnected:
             # Nobody is listening any more; 499 is what nginx logs for this.

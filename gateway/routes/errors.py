@@ -114,7 +114,10 @@ ERROR_RESPONSES: dict[int, ResponseSpec] = {
         401: "Missing or wrong API key",
         404: "Unknown model or object",
         413: "Request body too large",
+        422: "A task argument is missing, unknown, not a string or too long",
         429: "Queue full; see Retry-After",
-        503: "Waited too long for the inference slot",
+        502: "An upstream server failed or answered badly",
+        503: "Waited too long for the inference slot, or the memory budget is too small",
+        504: "An upstream server did not answer in time",
     }.items()
 }

@@ -12,6 +12,7 @@ from gateway.engines.residency import LocalModels
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.routes.models import tier_health
 from gateway.scheduler.slot import Scheduler
+from gateway.serving.tasks import TaskService
 from gateway.serving.tiers import TierRegistry
 
 
@@ -25,6 +26,7 @@ class OpsController(Controller):
         compute: NamedDependency[ComputePath],
         scheduler: NamedDependency[Scheduler],
         local_models: NamedDependency[LocalModels],
+        tasks: NamedDependency[TaskService],
     ) -> dict[str, Any]:
         states = await tier_health(registry)
         return {
@@ -43,6 +45,7 @@ class OpsController(Controller):
                 for name, state in states.items()
             },
             "models": registry.names(),
+            "tasks_hash": tasks.prompts.catalog.hash,
             "slot_busy": scheduler.running is not None,
             "memory": local_models.memory(),
         }

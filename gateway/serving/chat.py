@@ -6,6 +6,7 @@ Nothing here knows HTTP or MLX: routes call ``prepare`` and then ``start`` and `
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -13,13 +14,16 @@ from dataclasses import dataclass, field
 
 from gateway.engines.backend import (
     BackendEvent,
+    ChatMessage,
     Finished,
     GenerationRequest,
+    Grammar,
     Prompt,
     SamplingParams,
     Started,
     TokenEvent,
 )
+from gateway.engines.grammar import GrammarError, grammar_text
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import (
@@ -39,30 +43,51 @@ from gateway.scheduler.jobs import Priority
 from gateway.serving.messages import template_messages
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.serving.typing import TypingService
+from gateway.tasks.definitions import strict_objects
 
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default
 
 
+@dataclass(frozen=True)
+class SamplingRequest:
+    """What a caller asked of the sampling, before the prompt's length is known."""
+
+    max_tokens: int | None = None
+    max_tokens_param: str = "max_tokens"  # named in a context-length error
+    temperature: float = DEFAULT_TEMPERATURE
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    grammar: Grammar | None = None
+    grammar_param: str = "response_format"  # named when the grammar is refused
+
+
 @dataclass
 class PreparedChat:
-    """A validated chat request, rendered (where the backend renders locally), ready to run."""
+    """A validated chat, rendered (where the backend renders locally), ready to run."""
 
-    request: ChatCompletionRequest
     tier: Tier
+    messages: tuple[ChatMessage, ...]
     prompt: Prompt
     params: SamplingParams
     priority: Priority
     arrived: float
+    model_name: str  # as the client named it, echoed in responses
+    session: str | None = None
+    include_usage: bool = False
     id: str = field(default_factory=completion_id)
     created: int = field(default_factory=now)
 
     def generation_request(self) -> GenerationRequest:
         return GenerationRequest(
             id=self.id,
-            messages=template_messages(self.request.messages),
+            messages=self.messages,
             params=self.params,
             priority=self.priority,
-            session=self.request.session,
+            session=self.session,
             prompt=self.prompt,
         )
 
@@ -119,20 +144,65 @@ class ChatService:
         arrived = time.perf_counter()
         tier = self.registry.resolve(request.model)
         priority = Priority.parse(priority_header or request.priority, Priority.USER)
-        prompt = await tier.backend.render(template_messages(request.messages))
-        params = self._sampling_params(request, tier, prompt)
-        return PreparedChat(request, tier, prompt, params, priority, arrived)
+        options = request.stream_options
+        return await self.prepare_messages(
+            tier,
+            template_messages(request.messages),
+            sampling_request(request),
+            priority,
+            model_name=request.model,
+            session=request.session,
+            include_usage=bool(options and options.include_usage),
+            arrived=arrived,
+        )
+
+    async def prepare_messages(
+        self,
+        tier: Tier,
+        messages: tuple[ChatMessage, ...],
+        sampling: SamplingRequest,
+        priority: Priority,
+        *,
+        model_name: str,
+        session: str | None = None,
+        include_usage: bool = False,
+        arrived: float | None = None,
+    ) -> PreparedChat:
+        """Render ``messages`` for ``tier`` and check them; the common path of chats and tasks."""
+        arrived = time.perf_counter() if arrived is None else arrived
+        if sampling.grammar is not None:
+            self._check_grammar(tier, sampling)
+        prompt = await tier.backend.render(messages)
+        params = self._sampling_params(sampling, tier, prompt)
+        return PreparedChat(
+            tier, messages, prompt, params, priority, arrived, model_name, session, include_usage
+        )
+
+    @staticmethod
+    def _check_grammar(tier: Tier, sampling: SamplingRequest) -> None:
+        assert sampling.grammar is not None
+        if not tier.backend.capabilities.structured_output:
+            raise InvalidRequestError(
+                f"tier {tier.name!r} ({tier.backend.kind} backend) cannot constrain its output; "
+                "use a local tier for structured output",
+                param=sampling.grammar_param,
+            )
+        try:
+            grammar_text(sampling.grammar)
+        except GrammarError as exc:
+            raise InvalidRequestError(
+                f"unsupported schema or grammar: {exc}", param=sampling.grammar_param
+            ) from exc
 
     def _sampling_params(
-        self, request: ChatCompletionRequest, tier: Tier, prompt: Prompt
+        self, sampling: SamplingRequest, tier: Tier, prompt: Prompt
     ) -> SamplingParams:
         backend = tier.backend
         context = backend.context_length
-        requested = request.requested_max_tokens()
+        requested = sampling.max_tokens
         max_tokens = requested
         if prompt.tokens is not None and context is not None:
             prompt_tokens = len(prompt.tokens)
-            param = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
             if prompt_tokens >= context or (requested and prompt_tokens + requested > context):
                 wanted = prompt_tokens + (requested or 1)
                 raise ContextLengthExceededError(
@@ -140,28 +210,27 @@ class ChatService:
                     f"requested {wanted} tokens ({prompt_tokens} in the messages, "
                     f"{requested or 1} in the completion). Please reduce the length of the "
                     "messages or completion.",
-                    param="messages" if prompt_tokens >= context else param,
+                    param="messages" if prompt_tokens >= context else sampling.max_tokens_param,
                 )
             max_tokens = requested or context - prompt_tokens
-        logit_bias = {int(k): v for k, v in (request.logit_bias or {}).items()}
         vocab = backend.vocab_size
-        if vocab is not None and any(t >= vocab for t in logit_bias):
+        if vocab is not None and any(t >= vocab for t in sampling.logit_bias):
             raise InvalidRequestError(
                 f"logit_bias names a token id beyond the vocabulary ({vocab})", param="logit_bias"
             )
-        temperature = DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
-        top_p = 1.0 if request.top_p is None else request.top_p
-        if top_p == 0.0:  # nothing survives nucleus filtering but the top token
+        temperature = sampling.temperature
+        if sampling.top_p == 0.0:  # nothing survives nucleus filtering but the top token
             temperature = 0.0
         return SamplingParams(
             max_tokens=max_tokens,
             temperature=temperature,
-            top_p=top_p,
-            seed=request.seed,
-            stop=tuple(request.stop_list()),
-            presence_penalty=request.presence_penalty or 0.0,
-            frequency_penalty=request.frequency_penalty or 0.0,
-            logit_bias=logit_bias,
+            top_p=sampling.top_p,
+            seed=sampling.seed,
+            stop=sampling.stop,
+            presence_penalty=sampling.presence_penalty,
+            frequency_penalty=sampling.frequency_penalty,
+            logit_bias=sampling.logit_bias,
+            grammar=sampling.grammar,
         )
 
     # -- running -------------------------------------------------------------------------------
@@ -170,7 +239,7 @@ class ChatService:
         """Hand the chat to its backend and wait until it computes (raises 429/502/503...)."""
         backend = chat.tier.backend
         if chat.prompt.tokens is not None and backend.capabilities.typing_hints:
-            await self.typing.join(chat.tier.name, chat.prompt.tokens, chat.request.session)
+            await self.typing.join(chat.tier.name, chat.prompt.tokens, chat.session)
         events = backend.generate(chat.generation_request())
         try:
             first = await anext(events)
@@ -243,7 +312,7 @@ class ChatService:
         return ChatCompletion(
             id=run.chat.id,
             created=run.chat.created,
-            model=run.chat.request.model,
+            model=run.chat.model_name,
             choices=[
                 Choice(
                     message=AssistantMessage(content="".join(parts)),
@@ -260,7 +329,7 @@ class ChatService:
             return ChatCompletionChunk(
                 id=chat.id,
                 created=chat.created,
-                model=chat.request.model,
+                model=chat.model_name,
                 choices=[ChunkChoice(delta=delta, finish_reason=finish)],  # type: ignore[arg-type]
             )
 
@@ -271,12 +340,40 @@ class ChatService:
                 if event.text:
                     yield chunk(ChoiceDelta(content=event.text))
         yield chunk(ChoiceDelta(), run.finish_reason)
-        options = chat.request.stream_options
-        if options and options.include_usage:
+        if chat.include_usage:
             yield ChatCompletionChunk(
                 id=chat.id,
                 created=chat.created,
-                model=chat.request.model,
+                model=chat.model_name,
                 choices=[],
                 usage=run.usage(),
             )
+
+
+def sampling_request(request: ChatCompletionRequest) -> SamplingRequest:
+    """The sampling a chat completion request asks for, in the gateway's own terms."""
+    requested = request.requested_max_tokens()
+    return SamplingRequest(
+        max_tokens=requested,
+        max_tokens_param="max_completion_tokens" if request.max_completion_tokens else "max_tokens",
+        temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
+        top_p=1.0 if request.top_p is None else request.top_p,
+        seed=request.seed,
+        stop=tuple(request.stop_list()),
+        presence_penalty=request.presence_penalty or 0.0,
+        frequency_penalty=request.frequency_penalty or 0.0,
+        logit_bias={int(k): v for k, v in (request.logit_bias or {}).items()},
+        grammar=response_format_grammar(request),
+    )
+
+
+def response_format_grammar(request: ChatCompletionRequest) -> Grammar | None:
+    """``response_format`` as a grammar: json_schema (strict or not) or any JSON object."""
+    fmt = request.response_format
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return Grammar("json_schema", json.dumps({"type": "object"}))
+    assert fmt.json_schema is not None
+    schema = fmt.json_schema.schema_ if fmt.json_schema.schema_ is not None else {}
+    return Grammar("json_schema", json.dumps(strict_objects(schema)))

@@ -29,14 +29,17 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gateway.engines.backend import Started, Warmable, Warmup
+from gateway.engines.backend import ChatMessage, Started, Warmable, Warmup
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.typing import TypingHint, TypingHintRequest
 from gateway.serving.messages import template_messages
-from gateway.serving.tiers import TierRegistry
+from gateway.serving.tiers import Tier, TierRegistry
+
+if TYPE_CHECKING:  # tasks run through the chat service, which joins hints: no import cycle
+    from gateway.serving.tasks import TaskPrompts
 
 log = logging.getLogger(__name__)
 
@@ -102,19 +105,24 @@ class TypingService:
     """Owns the typing hints and their pre-prefill jobs."""
 
     def __init__(
-        self, registry: TierRegistry, metrics: GatewayMetrics, idle_seconds: float
+        self,
+        registry: TierRegistry,
+        metrics: GatewayMetrics,
+        idle_seconds: float,
+        task_prompts: TaskPrompts | None = None,
     ) -> None:
         self.registry = registry
         self.metrics = metrics
         self.idle_seconds = idle_seconds
+        self.task_prompts = task_prompts
         self.hints: dict[str, Hint] = {}
         self.by_session: dict[str, Hint] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._followers: set[asyncio.Task[None]] = set()
 
     # -- the hint API ----------------------------------------------------------------------------
 
     async def post(self, request: TypingHintRequest) -> Hint:
-        tier = self.registry.resolve(request.model)
+        messages, tier = self._conversation(request)
         if not tier.backend.capabilities.typing_hints:
             raise InvalidRequestError(
                 f"tier {tier.name!r} ({tier.backend.kind} backend) cannot pre-compute typing "
@@ -122,9 +130,7 @@ class TypingService:
                 param="model",
             )
         backend: Any = tier.backend  # a Warmable: its capabilities say so
-        tokens = await backend.render_fixed_prefix(
-            template_messages(request.messages), request.draft
-        )
+        tokens = await backend.render_fixed_prefix(messages, request.draft)
         context = tier.backend.context_length
         if context is not None and len(tokens) >= context:
             raise InvalidRequestError(
@@ -154,10 +160,23 @@ class TypingService:
         if previous is not None and previous.state in ACTIVE:
             self._end(previous, PrefillState.SUPERSEDED)
         self._remember(hint)
-        task = asyncio.create_task(self._follow(hint), name=f"follow {hint.id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        follower = asyncio.create_task(self._follow(hint), name=f"follow {hint.id}")
+        self._followers.add(follower)
+        follower.add_done_callback(self._followers.discard)
         return hint
+
+    def _conversation(self, request: TypingHintRequest) -> tuple[tuple[ChatMessage, ...], Tier]:
+        """The messages a hint warms and the tier that will run them."""
+        if request.task is None:
+            assert request.messages is not None
+            return template_messages(request.messages), self.registry.resolve(request.model)
+        prompts = self.task_prompts
+        if prompts is None:
+            raise InvalidRequestError("this gateway has no task types", param="task")
+        task = prompts.get(request.task.type)
+        model = request.model
+        tier = prompts.tier_of(task) if model is None else self.registry.resolve(model)
+        return prompts.hint_messages(task, request.task.args), tier
 
     def get(self, hint_id: str) -> Hint:
         try:

@@ -1,0 +1,42 @@
+"""Server-Sent Events responses (sse-starlette: keep-alive pings, disconnect detection).
+
+Every stream ends the same way: ``data: [DONE]`` after the last model, or, when something
+fails after the 200 was sent, an error envelope as the last event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from litestar import Response
+from pydantic import BaseModel
+from sse_starlette import EventSourceResponse
+
+from gateway.errors import GatewayError
+from gateway.routes.errors import gateway_error_body
+
+SSE_PING_SECONDS = 10
+
+
+class ServerSentEvents(Response[Any]):
+    """Hands an sse-starlette stream to Litestar as this handler's response."""
+
+    def __init__(self, models: AsyncGenerator[BaseModel, None]) -> None:
+        super().__init__(content=None, media_type="text/event-stream")
+        self.stream = EventSourceResponse(_events(models), ping=SSE_PING_SECONDS)
+
+    def to_asgi_response(self, *args: Any, **kwargs: Any) -> Any:
+        return self.stream
+
+
+async def _events(models: AsyncGenerator[BaseModel, None]) -> AsyncIterator[dict[str, str]]:
+    try:
+        async with aclosing(models) as stream:
+            async for model in stream:
+                yield {"data": model.model_dump_json()}
+    except GatewayError as exc:  # after the 200 was sent: report inside the stream
+        yield {"data": gateway_error_body(exc).model_dump_json()}
+        return
+    yield {"data": "[DONE]"}

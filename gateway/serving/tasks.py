@@ -1,0 +1,242 @@
+"""Running task types: arguments in, the task's own prompt, sampling and grammar, a result out.
+
+A task is a chat under the hood (static part as the system message, dynamic part as the user
+message), so it shares the chat service's path: tiers, the slot, priorities, typing hints,
+the prefix cache (the static part is byte-identical across calls, so its KV cache is reused)
+and metrics. What is added here: argument checks, the grammar of the thinking section and
+the output, and splitting the thinking from the output.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.engines.backend import ChatMessage
+from gateway.errors import NotFoundError, UnprocessableError
+from gateway.protocol.tasks import (
+    TaskArgument,
+    TaskDelta,
+    TaskResult,
+    TaskResultEvent,
+    TaskRunRequest,
+    TaskTypeInfo,
+    TaskTypeList,
+)
+from gateway.scheduler.jobs import Priority
+from gateway.serving.chat import ChatRun, ChatService, PreparedChat, SamplingRequest
+from gateway.serving.tiers import Tier, TierRegistry
+from gateway.tasks.definitions import TaskCatalog, TaskType
+from gateway.tasks.thinking import ThinkingSplitter, parse_output, task_grammar
+
+CHAT_ROLES = frozenset({"system", "user", "assistant"})
+
+
+@dataclass
+class TaskRun:
+    task: TaskType
+    chat: ChatRun
+    splitter: ThinkingSplitter
+
+
+class TaskPrompts:
+    """The loaded task types: their descriptions, argument checks and conversations."""
+
+    def __init__(self, catalog: TaskCatalog, registry: TierRegistry) -> None:
+        self.catalog = catalog
+        self.registry = registry
+
+    # -- the catalogue -----------------------------------------------------------------------
+
+    def get(self, task_id: str) -> TaskType:
+        try:
+            return self.catalog.tasks[task_id]
+        except KeyError:
+            shown = task_id[:80] + ("..." if len(task_id) > 80 else "")
+            known = ", ".join(sorted(self.catalog.tasks))
+            raise NotFoundError(
+                f"no task type {shown!r}; known task types: {known}", param="task_type"
+            ) from None
+
+    def tier_of(self, task: TaskType) -> Tier:
+        # A task naming a tier this node does not have runs on the default tier.
+        name = task.spec.tier
+        if name and self.registry.tier_name_of(name):
+            return self.registry.resolve(name)
+        return self.registry.resolve(None)
+
+    def describe(self, task: TaskType) -> TaskTypeInfo:
+        thinking = task.spec.thinking
+        return TaskTypeInfo(
+            id=task.id,
+            description=task.spec.description,
+            tier=self.tier_of(task).name,
+            priority=task.spec.priority,
+            arguments=[
+                TaskArgument(
+                    name=name,
+                    required=spec.required,
+                    max_length=spec.max_length,
+                    description=spec.description,
+                )
+                for name, spec in task.arguments.items()
+            ],
+            output_schema=task.output_schema,
+            thinking_tag=thinking.tag if thinking else None,
+        )
+
+    def catalogue(self) -> TaskTypeList:
+        tasks = [self.describe(self.catalog.tasks[k]) for k in sorted(self.catalog.tasks)]
+        return TaskTypeList(data=tasks, tasks_hash=self.catalog.hash)
+
+    # -- prompts -----------------------------------------------------------------------------
+
+    def check_args(
+        self, task: TaskType, args: dict[str, Any], partial: bool = False
+    ) -> dict[str, str]:
+        """Arguments as the task declares them; 422 naming the first that is not."""
+        for name, value in args.items():
+            if name not in task.arguments:
+                known = ", ".join(task.arguments) or "none"
+                raise UnprocessableError(
+                    f"task {task.id!r} has no argument {name[:80]!r}; its arguments: {known}",
+                    param=f"args.{name[:80]}",
+                )
+            if not isinstance(value, str):
+                raise UnprocessableError(
+                    f"argument {name!r} must be a string, not {type(value).__name__}",
+                    param=f"args.{name}",
+                )
+            limit = task.arguments[name].max_length
+            if len(value) > limit:
+                raise UnprocessableError(
+                    f"argument {name!r} has {len(value)} characters; at most {limit}",
+                    param=f"args.{name}",
+                )
+        if not partial:
+            for name, spec in task.arguments.items():
+                if spec.required and name not in args:
+                    raise UnprocessableError(
+                        f"task {task.id!r} needs the argument {name!r}", param=f"args.{name}"
+                    )
+        return dict(args)
+
+    def messages(self, task: TaskType, args: dict[str, str]) -> tuple[ChatMessage, ...]:
+        """The task's conversation: the static part, then the arguments."""
+        static = task.static_text()
+        head: list[ChatMessage] = [{"role": "system", "content": static}] if static.strip() else []
+        if task.spec.messages_argument:
+            return (*head, *self._chat_messages(task.spec.messages_argument, args))
+        return (*head, {"role": "user", "content": task.dynamic_text(args)})
+
+    @staticmethod
+    def _chat_messages(name: str, args: dict[str, str]) -> list[ChatMessage]:
+        try:
+            messages = json.loads(args[name])
+        except ValueError as exc:
+            raise UnprocessableError(
+                f"argument {name!r} is not JSON: {exc}", param=f"args.{name}"
+            ) from None
+        ok = (
+            isinstance(messages, list)
+            and messages
+            and all(
+                isinstance(m, dict)
+                and m.get("role") in CHAT_ROLES
+                and isinstance(m.get("content"), str)
+                and set(m) <= {"role", "content"}
+                for m in messages
+            )
+        )
+        if not ok:
+            raise UnprocessableError(
+                f"argument {name!r} must be a JSON list of {{role, content}} messages with "
+                "roles system, user or assistant",
+                param=f"args.{name}",
+            )
+        return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+    def hint_messages(self, task: TaskType, args: dict[str, str]) -> tuple[ChatMessage, ...]:
+        """What a typing hint can warm: the static part, and the rest if every required
+        argument is known (the hint then covers the whole prompt)."""
+        args = self.check_args(task, args, partial=True)
+        complete = all(n in args for n, s in task.arguments.items() if s.required)
+        messages = self.messages(task, args) if complete else self.messages(task, {})[:1]
+        if not messages:
+            raise UnprocessableError(f"task {task.id!r} has no static part to warm", param="task")
+        return messages
+
+
+class TaskService:
+    """Runs task types through the chat service."""
+
+    def __init__(self, prompts: TaskPrompts, chat: ChatService) -> None:
+        self.prompts = prompts
+        self.chat = chat
+
+    async def prepare(self, task_id: str, request: TaskRunRequest) -> tuple[TaskType, PreparedChat]:
+        arrived = time.perf_counter()
+        prompts = self.prompts
+        task = prompts.get(task_id)
+        args = prompts.check_args(task, request.args)
+        tier = prompts.tier_of(task)
+        sampling = task.spec.sampling
+        prepared = await self.chat.prepare_messages(
+            tier,
+            prompts.messages(task, args),
+            SamplingRequest(
+                max_tokens=sampling.max_tokens,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                grammar=task_grammar(task),
+                grammar_param="task_type",
+            ),
+            Priority.parse(request.priority or task.spec.priority, Priority.TASK),
+            model_name=tier.name,
+            session=request.session,
+            arrived=arrived,
+        )
+        return task, prepared
+
+    async def start(self, task: TaskType, prepared: PreparedChat) -> TaskRun:
+        run = await self.chat.start(prepared)
+        tag = task.spec.thinking.tag if task.spec.thinking else None
+        return TaskRun(task, run, ThinkingSplitter(tag))
+
+    async def deltas(self, run: TaskRun) -> AsyncGenerator[TaskDelta, None]:
+        async with aclosing(self.chat.events(run.chat)) as events:
+            async for event in events:
+                for channel, text in run.splitter.feed(event.text):
+                    yield TaskDelta(type=f"{channel}.delta", delta=text)  # type: ignore[arg-type]
+        for channel, text in run.splitter.finish():
+            yield TaskDelta(type=f"{channel}.delta", delta=text)  # type: ignore[arg-type]
+
+    def result(self, run: TaskRun, event: bool = False) -> TaskResult:
+        chat = run.chat
+        finish = chat.finish_reason
+        output_text = "".join(run.splitter.output)
+        try:
+            output = parse_output(output_text, run.task.output_schema, finish == "stop")
+        except ValueError:  # cannot happen under the grammar; never a 500 if it does
+            output, finish = None, "length"
+        thinking = "".join(run.splitter.thinking).strip() if run.task.spec.thinking else None
+        cls = TaskResultEvent if event else TaskResult
+        return cls(
+            id=chat.chat.id.replace("chatcmpl-", "task-"),
+            task_type=run.task.id,
+            model=chat.chat.model_name,
+            output=output,
+            thinking=thinking,
+            finish_reason=finish,  # type: ignore[arg-type]
+            usage=chat.usage(),
+        )
+
+    async def complete(self, run: TaskRun) -> TaskResult:
+        async with aclosing(self.deltas(run)) as deltas:
+            async for _ in deltas:
+                pass
+        return self.result(run)
