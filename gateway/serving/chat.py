@@ -43,7 +43,7 @@ from gateway.scheduler.jobs import Priority
 from gateway.serving.messages import template_messages
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.serving.typing import TypingService
-from gateway.tasks.definitions import strict_objects
+from gateway.tasks.definitions import for_grammar, strict_objects
 
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default
 
@@ -373,7 +373,7 @@ def response_format_grammar(request: ChatCompletionRequest) -> Grammar | None:
     if fmt is None or fmt.type == "text":
         return None
     if fmt.type == "json_object":
-        return Grammar("json_schema", json.dumps({"type": "object"}))
+        return Grammar("json_schema", json.dumps(for_grammar({"type": "object"})))
     assert fmt.json_schema is not None
     schema = fmt.json_schema.schema_ if fmt.json_schema.schema_ is not None else {}
-    return Grammar("json_schema", json.dumps(strict_objects(schema)))
+    return Grammar("json_schema", json.dumps(for_grammar(strict_objects(schema))))

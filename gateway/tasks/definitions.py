@@ -167,6 +167,15 @@ def _strict_objects(schema: Any) -> Any:
 
 strict_objects = _strict_objects
 
+# Compact JSON with readable separators: with free whitespace a small model can pad an object
+# with newlines until max_tokens. A schema's own "x-guidance" still wins.
+COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def for_grammar(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema as the grammar compiler gets it: compact JSON unless the schema says."""
+    return schema if "x-guidance" in schema else {**schema, "x-guidance": COMPACT_JSON}
+
 
 def load_task(path: Path) -> TaskType:
     task_id = path.stem

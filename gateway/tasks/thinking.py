@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway.engines.backend import Grammar
-from gateway.tasks.definitions import TaskType
+from gateway.tasks.definitions import TaskType, for_grammar
 
 Channel = Literal["thinking", "output"]
 
@@ -34,12 +34,10 @@ def task_grammar(task: TaskType) -> Grammar | None:
     text = _text_answer(task)
     if thinking is None:
         if schema is not None:
-            return Grammar("json_schema", json.dumps(schema))
+            return Grammar("json_schema", json.dumps(for_grammar(schema)))
         return Grammar("lark", f"start: {text}") if text else None
-    if schema is not None:
-        answer = f"%json{json.dumps(schema)}"
-    else:
-        answer = text or "/(.|\\n)+/"
+    free_text = "/(.|\\n)+/"
+    answer = f"%json{json.dumps(for_grammar(schema))}" if schema is not None else text or free_text
     lark = "\n".join(
         [
             f'start: "<{thinking.tag}>" draft /[ \\n]*/ answer',
@@ -98,14 +96,14 @@ class ThinkingSplitter:
                 self._pending = stripped
                 self._state = "output"
             else:
-                # A small model may close its tag a second time: that is not output.
-                closing = f"</{self.tag}>" if self.tag else None
-                if closing is None:
+                if self.tag is None:
                     self._emit(pieces, "output", self._pending)
                     self._pending = ""
                     break
-                self._pending = self._pending.replace(closing, "")
-                keep = _partial_suffix(self._pending, closing)
+                # A small model may close its tag a second time: that is not output.
+                end_tag = f"</{self.tag}>"
+                self._pending = self._pending.replace(end_tag, "")
+                keep = _partial_suffix(self._pending, end_tag)
                 self._emit(pieces, "output", self._pending[: len(self._pending) - keep])
                 self._pending = self._pending[len(self._pending) - keep :]
                 break
