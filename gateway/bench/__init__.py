@@ -9,6 +9,7 @@ BENCHMARKS = {
     "chat": "gateway over HTTP vs raw mlx-lm: time to first token, decode tokens/s, memory",
     "priority": "a user request's time to first token, idle vs 4 background generations",
     "typing": "time to first token cold vs after a ready typing hint (1,500+ token context)",
+    "structured": "decode tokens/s with constrained decoding (llguidance) vs without",
     "upstream": "an OpenAI-upstream tier vs the same mlx_lm.server called directly",
 }
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from jinja2 import StrictUndefined
+from jinja2 import StrictUndefined, TemplateSyntaxError
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -186,7 +186,13 @@ def load_task(path: Path) -> TaskType:
             _templates.parse(template)
         if spec.messages_argument and spec.messages_argument not in spec.arguments:
             raise ValueError(f"messages_argument {spec.messages_argument!r} is not an argument")
-    except (OSError, tomllib.TOMLDecodeError, ValidationError, ValueError) as exc:
+    except (
+        OSError,
+        tomllib.TOMLDecodeError,
+        ValidationError,
+        ValueError,
+        TemplateSyntaxError,
+    ) as exc:
         raise TaskDefinitionError(f"{path}: {exc}") from exc
     schema = json.loads(spec.output.schema_) if spec.output.schema_ else None
     return TaskType(task_id, spec, path, _strict_objects(schema) if schema else None)

@@ -240,7 +240,7 @@ def test_response_format_json_object_streams_valid_json(gw: RunningGateway) -> N
         model=MODEL,
         messages=[{"role": "user", "content": "Give a JSON object describing a cat."}],
         response_format={"type": "json_object"},
-        max_tokens=300,
+        max_tokens=120,
         temperature=0,
         stream=True,
     )
