@@ -27,7 +27,7 @@ from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.residency import LocalModels, Resident
 from gateway.engines.runner import ModelRunner
 from gateway.engines.upstream import OpenAIUpstreamBackend, UpstreamConfig, is_loopback_url
-from gateway.errors import AuthenticationError
+from gateway.errors import AuthenticationError, ShuttingDownError
 from gateway.metrics import GatewayMetrics
 from gateway.modelstore.footprint import loaded_bytes
 from gateway.modelstore.store import KNOWN_MODELS, ModelStore
@@ -65,6 +65,7 @@ class Services:
     chat: ChatService
     typing: TypingService
     tasks: TaskService
+    lifecycle: Lifecycle
 
 
 def mlx_runner_factory(settings: Settings) -> RunnerFactory:
@@ -99,6 +100,7 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
         pipeline_grace=s.pipeline_grace_seconds,
         typing_quiet=s.typing_quiet_seconds,
         max_paused_with_memory=s.max_paused_with_cache,
+        prefill_freeze_max=s.prefill_freeze_max_seconds,
     )
 
 
@@ -146,12 +148,30 @@ def _describe(model: str) -> tuple[str, bool]:
     return (known.description, known.base_model) if known else ("", False)
 
 
-class ApiKeyAndMetricsMiddleware(ASGIMiddleware):
-    """Checks the bearer secret (when one is set) and counts requests by route and status."""
+@dataclass
+class Lifecycle:
+    """Whether the gateway is draining (a stop was asked for): new requests get a 503."""
 
-    def __init__(self, api_key: str | None, metrics: GatewayMetrics) -> None:
-        self.expected = f"Bearer {api_key}".encode() if api_key else None
+    draining: bool = False
+
+
+class ApiKeyAndMetricsMiddleware(ASGIMiddleware):
+    """Refuses new requests while draining, checks the bearer secret (when one is set) and
+    counts requests by route and status."""
+
+    def __init__(self, api_key: str | None, metrics: GatewayMetrics, lifecycle: Lifecycle) -> None:
+        self.expected = api_key.encode() if api_key else None
         self.metrics = metrics
+        self.lifecycle = lifecycle
+
+    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+        """``Authorization: Bearer <key>`` (the scheme in any case, RFC 7235) or, as
+        Anthropic's clients send it, ``x-api-key: <key>``; compared in constant time."""
+        assert self.expected is not None
+        scheme, _, token = headers.get(b"authorization", b"").strip().partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.expected):
+            return True
+        return hmac.compare_digest(headers.get(b"x-api-key", b""), self.expected)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         status = 500
@@ -163,22 +183,26 @@ class ApiKeyAndMetricsMiddleware(ASGIMiddleware):
             await send(message)
 
         try:
-            if self.expected is not None and scope["path"] not in UNAUTHENTICATED_PATHS:
-                given = dict(scope["headers"]).get(b"authorization", b"")
-                if not hmac.compare_digest(given, self.expected):
-                    status = 401
-                    raise AuthenticationError(
-                        "Incorrect or missing API key (Authorization: Bearer ...)."
-                    )
+            if self.lifecycle.draining:
+                status = 503
+                raise ShuttingDownError()
+            needs_key = self.expected is not None and scope["path"] not in UNAUTHENTICATED_PATHS
+            if needs_key and not self._authorized(dict(scope["headers"])):
+                status = 401
+                raise AuthenticationError(
+                    "Incorrect or missing API key (Authorization: Bearer ...)."
+                )
             await next_app(scope, receive, send_and_count)
         finally:
-            route = scope.get("path_template") or scope["path"]
+            # Unmatched paths share one label: a scan of random paths must not grow /metrics.
+            route = scope.get("path_template") or "unmatched"
             self.metrics.requests.labels(route, str(status)).inc()
 
 
 def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) -> Litestar:
     """Build the gateway app; tiers are set up in its lifespan (``runner_factory`` for tests)."""
     metrics = GatewayMetrics()
+    lifecycle = Lifecycle()
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -243,6 +267,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
                 chat=chat,
                 typing=typing,
                 tasks=tasks,
+                lifecycle=lifecycle,
             )
             log.info("gateway ready: models %s", ", ".join(registry.names()))
             yield
@@ -282,7 +307,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             )
         },
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[ApiKeyAndMetricsMiddleware(settings.api_key, metrics)],
+        middleware=[ApiKeyAndMetricsMiddleware(settings.api_key, metrics, lifecycle)],
         request_max_body_size=settings.max_request_bytes,
         # Strict, as OpenAI's API is: "5" is not an integer.
         plugins=[PydanticPlugin(validate_strict=True)],
@@ -307,3 +332,20 @@ def _estimator(settings: Settings, compute: ComputePath) -> Callable[[str], int]
         return loaded_bytes(folder, compute.dequantize)
 
     return estimate
+
+
+async def drain(app: Litestar) -> None:
+    """A stop was asked for (SIGTERM/SIGINT): refuse new requests (503 + Retry-After), fail
+    the jobs still waiting for the slot (503), drop typing hints, and let running
+    generations finish for up to ``shutdown_grace_seconds``; the rest are ended with a
+    finish reason and a "shutting down" error event. The server then stops."""
+    services: Services | None = getattr(app.state, "services", None)
+    if services is None:  # still starting
+        return
+    log.info(
+        "draining: up to %.0f s for running generations", services.settings.shutdown_grace_seconds
+    )
+    services.lifecycle.draining = True
+    services.typing.drop_all()
+    services.scheduler.reject_waiting(ShuttingDownError())
+    await services.chat.drain(services.settings.shutdown_grace_seconds)

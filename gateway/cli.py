@@ -22,8 +22,9 @@ def _settings_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from gateway.app import create_app
+    from gateway.app import create_app, drain
     from gateway.engines.device import choose_compute_path
+    from gateway.server import GatewayServer
 
     settings = _settings_from(args)
     logging.basicConfig(
@@ -31,13 +32,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     # Decided before anything imports MLX: OpenBLAS must be loaded first to be used.
     choose_compute_path(settings.weights)
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        # After the drain, the last events still need to reach the clients.
         timeout_graceful_shutdown=5,
     )
+    GatewayServer(config, lambda: drain(app)).run()
     return 0
 
 

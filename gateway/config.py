@@ -49,6 +49,12 @@ class SchedulerSettings(_Section):
     typing_quiet_seconds: float = Field(
         2.0, ge=0, description="Background work waits until typing has paused this long."
     )
+    prefill_freeze_max_seconds: float = Field(
+        5.0,
+        ge=0,
+        description="The prefill freeze holds task and background work at most this long after "
+        "a typing hint's last update (an abandoned hint must not starve them).",
+    )
 
 
 class CacheSettings(_Section):
@@ -140,6 +146,11 @@ class Settings(_Section):
     weights: Literal["auto", "4bit", "float32"] = "auto"
     max_request_bytes: int = Field(4 * 1024**2, ge=1024)
     log_level: str = "info"
+    shutdown_grace_seconds: float = Field(
+        10.0,
+        ge=0,
+        description="On SIGTERM/SIGINT, running generations may finish for this long.",
+    )
     scheduler: SchedulerSettings = SchedulerSettings()
     cache: CacheSettings = CacheSettings()
 

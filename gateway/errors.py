@@ -11,7 +11,8 @@
     ├── RequestTooLargeError          413
     ├── UnprocessableError            422 (a task's arguments: missing, unknown, too long)
     ├── QueueFullError                429 + Retry-After
-    ├── ServiceUnavailableError       503 (queue wait limit, memory budget, shutting down)
+    ├── ServiceUnavailableError       503 (queue wait limit, memory budget)
+    │   └── ShuttingDownError         503 + Retry-After: the server is stopping
     ├── UpstreamError                 502 an upstream server failed or answered badly
     │   └── UpstreamTimeoutError      504 it did not answer in time
     ├── UpstreamRejectedError         the upstream's own 4xx, passed through
@@ -83,6 +84,14 @@ class ServiceUnavailableError(GatewayError):
     status_code = 503
     error_type = "server_error"
     code = "service_unavailable"
+
+
+class ShuttingDownError(ServiceUnavailableError):
+    code = "shutting_down"
+
+    def __init__(self, message: str = "The server is shutting down; retry shortly.") -> None:
+        super().__init__(message)
+        self.retry_after = 5
 
 
 class UpstreamError(GatewayError):

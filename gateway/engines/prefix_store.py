@@ -10,6 +10,7 @@ prompt token left to feed, and counters. Called only from the inference thread.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from gateway.engines.runner import PromptState
 from gateway.metrics import GatewayMetrics
@@ -63,6 +64,7 @@ class PrefixCacheStore:
         """Keep ``state`` for later prompts that start with its tokens (it must not change)."""
         if not self.enabled or not state.tokens:
             return
+        _trim_to_length(state.cache)
         self._lru.insert_cache(model, list(state.tokens), state.cache)
         if self.metrics is not None:
             self.metrics.prefix_cache_bytes.set(self.nbytes)
@@ -82,3 +84,26 @@ class PrefixCacheStore:
         if self.metrics is not None:
             self.metrics.prefix_cache_bytes.set(self.nbytes)
         return freed
+
+
+def _trim_to_length(cache: list[Any]) -> None:
+    """Shrink each layer's buffers to the tokens it holds, in place.
+
+    mlx-lm grows a KV cache in 256-token steps, so a 40-token conversation kept as it is
+    holds ~12 MB (SmolLM2, float32) of which ~80% is empty; the store keeps only what is
+    filled (and so reports true bytes). A later generation from a copy grows it again.
+    """
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    arrays = []
+    for layer in cache:
+        if type(layer) is not KVCache or layer.keys is None:
+            continue  # rotating or quantized caches are bounded already
+        if layer.keys.shape[2] == layer.offset:
+            continue
+        keys, values = layer.keys_and_values()
+        layer.keys, layer.values = mx.contiguous(keys), mx.contiguous(values)
+        arrays += [layer.keys, layer.values]
+    if arrays:
+        mx.eval(arrays)

@@ -6,6 +6,7 @@ Only what the gateway speaks is modelled. Fields the gateway adds beyond the spe
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Annotated, Any, Literal
@@ -13,6 +14,30 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_STOP_SEQUENCES = 16
+TOKEN_ID = re.compile(r"[0-9]{1,9}")
+MAX_ECHOED_CHARS = 80
+# JSON Schemas are compiled by llguidance: a bounded depth keeps any compiler's recursion safe.
+MAX_SCHEMA_DEPTH = 32
+
+
+def shorten(text: str, limit: int = MAX_ECHOED_CHARS) -> str:
+    """A client's string as errors echo it: at most ``limit`` characters."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def json_depth(value: Any, limit: int) -> int:
+    """Nesting depth of a decoded JSON value, counting no further than ``limit + 1``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _reject_tools(value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
@@ -83,6 +108,9 @@ class ResponseFormat(_Strict):
     def _check(self) -> ResponseFormat:
         if self.type == "json_schema" and self.json_schema is None:
             raise ValueError("response_format of type json_schema needs json_schema")
+        schema = self.json_schema.schema_ if self.json_schema else None
+        if schema is not None and json_depth(schema, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+            raise ValueError(f"the JSON schema is nested deeper than {MAX_SCHEMA_DEPTH} levels")
         return self
 
 
@@ -133,8 +161,10 @@ class ChatCompletionRequest(_Strict):
     @classmethod
     def _check_logit_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
         for key, bias in (value or {}).items():
-            if not key.isdigit():
-                raise ValueError(f"logit_bias keys are token ids; got {key!r}")
+            # ASCII digits only: str.isdigit() also accepts "²" and other Unicode digits,
+            # which int() then refuses. Nine digits bound any vocabulary.
+            if not TOKEN_ID.fullmatch(key):
+                raise ValueError(f"logit_bias keys are token ids; got {shorten(key)!r}")
             if not -100 <= bias <= 100:
                 raise ValueError(f"logit_bias values must be in [-100, 100]; got {bias}")
         return value

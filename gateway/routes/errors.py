@@ -9,7 +9,7 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import ResponseSpec
 
-from gateway.errors import GatewayError, QueueFullError
+from gateway.errors import AuthenticationError, GatewayError, QueueFullError, ShuttingDownError
 from gateway.protocol.openai import ErrorDetail, ErrorResponse
 
 log = logging.getLogger(__name__)
@@ -45,14 +45,18 @@ def gateway_error_body(exc: GatewayError) -> ErrorResponse:
 
 
 def handle_gateway_error(_: Request[Any, Any, Any], exc: GatewayError) -> Response[ErrorResponse]:
-    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, QueueFullError) else None
+    headers: dict[str, str] = {}
+    if isinstance(exc, QueueFullError | ShuttingDownError):
+        headers["Retry-After"] = str(exc.retry_after)
+    if isinstance(exc, AuthenticationError):
+        headers["WWW-Authenticate"] = 'Bearer realm="onemac-gateway"'
     return envelope(
         exc.status_code,
         exc.message,
         error_type=exc.error_type,
         param=exc.param,
         code=exc.code,
-        headers=headers,
+        headers=headers or None,
     )
 
 
@@ -91,7 +95,14 @@ def handle_http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Resp
         message = f"Request body too large: {message}"
     if status >= 500:
         log.error("HTTP %s: %s", status, message)
-    return envelope(status, message, error_type=_TYPES_BY_STATUS.get(status))
+    # Litestar's own headers (a 405's Allow) are kept.
+    headers = {str(k): str(v) for k, v in (exc.headers or {}).items()} or None
+    return envelope(status, message, error_type=_TYPES_BY_STATUS.get(status), headers=headers)
+
+
+def handle_too_deep(_: Request[Any, Any, Any], exc: RecursionError) -> Response[ErrorResponse]:
+    # The JSON decoder bounds its own recursion and raises this: the body nests too deeply.
+    return envelope(400, "The JSON body is nested too deeply.", code="json_too_deep")
 
 
 def handle_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[ErrorResponse]:
@@ -103,6 +114,7 @@ EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
     GatewayError: handle_gateway_error,
     ValidationException: handle_validation_error,
     HTTPException: handle_http_exception,
+    RecursionError: handle_too_deep,
     Exception: handle_unexpected,
 }
 

@@ -14,7 +14,7 @@ from litestar import Response
 from pydantic import BaseModel
 from sse_starlette import EventSourceResponse
 
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, ShuttingDownError
 from gateway.routes.errors import gateway_error_body
 
 SSE_PING_SECONDS = 10
@@ -38,5 +38,7 @@ async def _events(models: AsyncGenerator[BaseModel, None]) -> AsyncIterator[dict
                 yield {"data": model.model_dump_json()}
     except GatewayError as exc:  # after the 200 was sent: report inside the stream
         yield {"data": gateway_error_body(exc).model_dump_json()}
-        return
+        if not isinstance(exc, ShuttingDownError):
+            return
+        # Stopped by a shutdown: the stream itself is complete, and says so.
     yield {"data": "[DONE]"}

@@ -3,7 +3,9 @@
 * pipeline lock: while a ``user`` job runs, and for a short grace after it, no ``background``
   job starts (a multi-step user pipeline is not interleaved with background work);
 * prefill freeze: while a typing pre-prefill is queued, computing or ready, only ``user``
-  jobs may take the slot, so the warmed cache is not pushed out before it is used;
+  jobs may take the slot, so the warmed cache is not pushed out before it is used; but for
+  at most ``freeze_max`` seconds after the hint's last update: a hint nobody follows up must
+  not hold task and background work until it expires (the warm cache stays in the store);
 * typing lock: after a typing hint, ``background`` jobs wait until the user has been quiet
   for a while (which also lets the machine cool before the real request).
 """
@@ -33,15 +35,20 @@ class Gates:
 
     pipeline_grace: float
     typing_quiet: float
+    freeze_max: float = 5.0
     user_running: bool = False
     last_user_end: float = float("-inf")
     last_typing: float = float("-inf")
-    freeze_holders: set[str] = field(default_factory=set)
+    # Hint id -> when it last held the freeze (posted, or updated by a newer draft).
+    freeze_holders: dict[str, float] = field(default_factory=dict)
+
+    def freeze_ends(self) -> float:
+        return max(self.freeze_holders.values(), default=float("-inf")) + self.freeze_max
 
     def closed(self, now: float) -> dict[str, bool]:
         return {
             PIPELINE_LOCK: self.user_running or now < self.last_user_end + self.pipeline_grace,
-            PREFILL_FREEZE: bool(self.freeze_holders),
+            PREFILL_FREEZE: now < self.freeze_ends(),
             TYPING_LOCK: now < self.last_typing + self.typing_quiet,
         }
 
@@ -58,6 +65,7 @@ class Gates:
             for t in (
                 self.last_user_end + self.pipeline_grace,
                 self.last_typing + self.typing_quiet,
+                self.freeze_ends(),
             )
             if t > now
         ]

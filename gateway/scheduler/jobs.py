@@ -29,7 +29,7 @@ class Priority(IntEnum):
         except KeyError:
             names = ", ".join(p.name.lower() for p in cls)
             raise InvalidRequestError(
-                f"unknown priority {value!r}; use one of: {names}", param="priority"
+                f"unknown priority {value[:40]!r}; use one of: {names}", param="priority"
             ) from None
 
     @property

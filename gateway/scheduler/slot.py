@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import random
 import threading
 import time
 from collections import deque
@@ -40,6 +41,7 @@ class SchedulerConfig:
     pipeline_grace: float = 0.5
     typing_quiet: float = 2.0
     max_paused_with_memory: int = 4
+    prefill_freeze_max: float = 5.0
 
 
 class _SliceEnd:
@@ -58,7 +60,7 @@ class Scheduler:
         self.config = config
         self.metrics = metrics
         self.clock = clock
-        self.gates = Gates(config.pipeline_grace, config.typing_quiet)
+        self.gates = Gates(config.pipeline_grace, config.typing_quiet, config.prefill_freeze_max)
         self.queues: dict[Priority, deque[Job]] = {p: deque() for p in Priority}
         self.running: Job | None = None
         self.completed = 0
@@ -105,10 +107,12 @@ class Scheduler:
         limit = self.config.max_queued[job.priority]
         if len(queue) >= limit:
             self.metrics.rejections.labels(job.priority.label, "queue_full").inc()
-            retry = max(1, math.ceil(self._mean_job_seconds * (len(queue) + 1)))
+            retry = self._mean_job_seconds * (len(queue) + 1)
+            # Spread (+-25%) so that clients refused together do not all return together.
+            retry *= random.uniform(0.75, 1.25)
             raise QueueFullError(
                 f"the {job.priority.label} queue is full ({limit} waiting); retry later",
-                retry_after=min(retry, 600),
+                retry_after=min(max(1, math.ceil(retry)), 600),
             )
         job.submitted_at = self.clock()
         job._cancel_hook = self._on_cancel
@@ -122,12 +126,24 @@ class Scheduler:
         self._changed()
 
     def hold_prefill_freeze(self, holder: str) -> None:
-        self.gates.freeze_holders.add(holder)
+        """(Re)close the prefill freeze for ``holder``, for at most ``prefill_freeze_max``."""
+        self.gates.freeze_holders[holder] = self.clock()
         self._changed()
 
     def release_prefill_freeze(self, holder: str) -> None:
-        self.gates.freeze_holders.discard(holder)
+        self.gates.freeze_holders.pop(holder, None)
         self._changed()
+
+    def reject_waiting(self, error: BaseException) -> int:
+        """Fail every job that has not started yet with ``error`` (shutting down)."""
+        rejected = 0
+        for queue in self.queues.values():
+            for job in [j for j in queue if j.started_at is None]:
+                queue.remove(job)
+                self._finish(job, JobState.FAILED, error)
+                rejected += 1
+        self._changed()
+        return rejected
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON view of the slot, the queues and the gates (``GET /v1/scheduler``)."""

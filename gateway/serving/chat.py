@@ -6,6 +6,7 @@ Nothing here knows HTTP or MLX: routes call ``prepare`` and then ``start`` and `
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncGenerator
@@ -24,7 +25,7 @@ from gateway.engines.backend import (
     TokenEvent,
 )
 from gateway.engines.grammar import GrammarError, grammar_text
-from gateway.errors import ContextLengthExceededError, InvalidRequestError
+from gateway.errors import ContextLengthExceededError, InvalidRequestError, ShuttingDownError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import (
     AssistantMessage,
@@ -46,6 +47,8 @@ from gateway.serving.typing import TypingService
 from gateway.tasks.definitions import for_grammar, strict_objects
 
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default
+# After the grace period, how long stopped chats get to send their last events.
+DRAIN_STOP_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,9 @@ class ChatRun:
     started: Started
     completion_tokens: int = 0
     finished: Finished | None = None
+    # Set when the server's shutdown grace ran out while this chat was still generating.
+    interrupted: bool = False
+    done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def prompt_tokens(self) -> int:
@@ -137,6 +143,8 @@ class ChatService:
         self.registry = registry
         self.metrics = metrics
         self.typing = typing
+        self.closing = False  # shutting down: no new chats
+        self.active: dict[str, ChatRun] = {}
 
     async def prepare(
         self, request: ChatCompletionRequest, priority_header: str | None = None
@@ -240,6 +248,8 @@ class ChatService:
         backend = chat.tier.backend
         if chat.prompt.tokens is not None and backend.capabilities.typing_hints:
             await self.typing.join(chat.tier.name, chat.prompt.tokens, chat.session)
+        if self.closing:
+            raise ShuttingDownError()
         events = backend.generate(chat.generation_request())
         try:
             first = await anext(events)
@@ -249,7 +259,9 @@ class ChatService:
         if not isinstance(first, Started):
             await events.aclose()
             raise RuntimeError(f"backend {backend.kind} began with {first!r}, not Started")
-        return ChatRun(chat, events, first)
+        run = ChatRun(chat, events, first)
+        self.active[chat.id] = run
+        return run
 
     async def events(self, run: ChatRun) -> AsyncGenerator[TokenEvent, None]:
         """The generation's tokens; closes the backend's stream if the consumer stops early."""
@@ -268,14 +280,40 @@ class ChatService:
                     self._observe_first_token(run, first_token_at)
                 run.completion_tokens += len(event.token_ids) or (1 if event.text else 0)
                 yield event
-        except Exception:  # not GeneratorExit or CancelledError: those are "cancelled"
+            if run.interrupted and run.finished is None:
+                raise ShuttingDownError()
+        except Exception as exc:  # not GeneratorExit or CancelledError: those are "cancelled"
             failed = True
+            if run.interrupted and not isinstance(exc, ShuttingDownError):
+                raise ShuttingDownError() from exc  # (an upstream stream cut by the abort)
             raise
         finally:
+            self.active.pop(run.chat.id, None)
+            run.done.set()
             await run.backend_events.aclose()
             outcome = "ok" if run.finished else "error" if failed else "cancelled"
             self._count_request(run.chat, outcome)
             self._count_tokens(run, first_token_at)
+
+    async def drain(self, grace_seconds: float) -> None:
+        """Shutting down: no new chats; running ones may finish within the grace period,
+        then each is stopped (its stream ends with a finish reason and an error event)."""
+        self.closing = True
+        running = list(self.active.values())
+        if running:
+            await asyncio.wait(
+                [asyncio.ensure_future(run.done.wait()) for run in running],
+                timeout=grace_seconds,
+            )
+        late = [run for run in self.active.values() if not run.done.is_set()]
+        for run in late:
+            run.interrupted = True
+            await run.chat.tier.backend.abort(run.chat.id)
+        if late:
+            await asyncio.wait(
+                [asyncio.ensure_future(run.done.wait()) for run in late],
+                timeout=DRAIN_STOP_SECONDS,
+            )
 
     def _observe_first_token(self, run: ChatRun, at: float) -> None:
         chat = run.chat
@@ -334,11 +372,16 @@ class ChatService:
             )
 
         yield chunk(ChoiceDelta(role="assistant", content=""))
-        # aclosing: a consumer that stops early closes the backend's stream now, not at GC.
-        async with aclosing(self.events(run)) as events:
-            async for event in events:
-                if event.text:
-                    yield chunk(ChoiceDelta(content=event.text))
+        try:
+            # aclosing: a consumer that stops early closes the backend's stream now, not at GC.
+            async with aclosing(self.events(run)) as events:
+                async for event in events:
+                    if event.text:
+                        yield chunk(ChoiceDelta(content=event.text))
+        except ShuttingDownError:
+            # A proper end for the client's stream: a finish reason, then the error event.
+            yield chunk(ChoiceDelta(), "length")
+            raise
         yield chunk(ChoiceDelta(), run.finish_reason)
         if chat.include_usage:
             yield ChatCompletionChunk(

@@ -178,6 +178,12 @@ class TypingService:
         tier = prompts.tier_of(task) if model is None else self.registry.resolve(model)
         return prompts.hint_messages(task, request.task.args), tier
 
+    def drop_all(self) -> None:
+        """Shutting down: every active hint is aborted (its freeze released)."""
+        for hint in list(self.hints.values()):
+            if hint.state in ACTIVE:
+                self._end(hint, PrefillState.ABORTED)
+
     def get(self, hint_id: str) -> Hint:
         try:
             return self.hints[hint_id]

@@ -44,6 +44,19 @@ def assert_envelope(body: dict[str, Any], param: str | None = None) -> dict[str,
         ({"model": MODEL, "messages": USER, "priority": "urgent"}, "priority"),
         ({"messages": USER}, "model"),
         ({"model": MODEL, "messages": USER, "tools": [{"type": "function"}]}, "tools"),
+        ({"model": MODEL, "messages": USER, "response_format": {"type": "xml"}}, None),
+        ({"model": MODEL, "messages": USER, "response_format": {"type": "json_schema"}}, None),
+        (
+            {
+                "model": MODEL,
+                "messages": USER,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "strin"}},
+                },
+            },
+            "response_format",
+        ),
         (
             {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
             None,

@@ -212,3 +212,30 @@ def test_same_greedy_output_with_and_without_a_warm_cache(gw: RunningGateway) ->
         warm = chat(gw, [*history_again, question], max_tokens=24)
         assert warm.usage.prompt_tokens_details.cached_tokens >= hint["prefix_tokens"]
         assert warm.choices[0].message.content == cold.choices[0].message.content
+
+
+def test_an_abandoned_hint_delays_task_work_at_most_the_bound(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    bound = 2.0
+    gateway = start_gateway(
+        tmp_path_factory.mktemp("freeze"),
+        {"scheduler": {"prefill_freeze_max_seconds": bound, "typing_quiet_seconds": 0.5}},
+    )
+    try:
+        hint = post_hint(gateway, conversation(4))
+        wait_for_state(gateway, hint["id"], "ready")
+        posted_at = time.monotonic()
+        # Nobody follows it up; a task request arrives at once.
+        reply = gateway.openai().chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=1,
+            extra_headers={"X-Gateway-Priority": "task"},
+        )
+        waited = time.monotonic() - posted_at
+        assert reply.choices[0].finish_reason in ("stop", "length")
+        assert waited < bound + 1.5, waited  # the bound, plus one short generation
+        assert hint_state(gateway, hint["id"])["state"] == "ready"  # still usable
+    finally:
+        gateway.stop()

@@ -282,3 +282,17 @@ async def test_paused_jobs_beyond_the_limit_release_their_memory() -> None:
     assert results == [list(range(60)), list(range(60))]
     assert not background.memory_released, "resuming clears the released mark"
     await scheduler.stop()
+
+
+async def test_an_abandoned_freeze_holds_task_work_at_most_its_bound() -> None:
+    scheduler = make_scheduler(prefill_freeze_max=0.3)
+    await scheduler.start()
+    engine = FakeEngine()
+    held_at = time.monotonic()
+    scheduler.hold_prefill_freeze("hint-abandoned")  # never released: nobody followed it up
+    task = scheduler.submit(Job(Priority.TASK, engine.work("task", steps=1)))
+    await asyncio.wait_for(task.wait(), 3)
+    waited = time.monotonic() - held_at
+    assert 0.29 <= waited < 1.0
+    assert scheduler.snapshot()["gates"]["prefill_freeze"] is False
+    await scheduler.stop()
