@@ -34,6 +34,7 @@ from gateway.modelstore.store import KNOWN_MODELS, ModelStore
 from gateway.routes.chat import ChatController
 from gateway.routes.errors import EXCEPTION_HANDLERS
 from gateway.routes.models import ModelsController
+from gateway.routes.openapi import describe_truthfully
 from gateway.routes.ops import OpsController
 from gateway.routes.tasks import TasksController
 from gateway.routes.typing import TypingController
@@ -255,7 +256,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             typing = TypingService(
                 registry, metrics, settings.cache.hint_idle_seconds, task_prompts
             )
-            chat = ChatService(registry, metrics, typing)
+            chat = ChatService(registry, metrics, typing, settings.max_completion_tokens)
             tasks = TaskService(task_prompts, chat)
             app.state.services = Services(
                 settings=settings,
@@ -293,6 +294,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             TypingController,
         ],
         lifespan=[lifespan],
+        on_startup=[describe_truthfully],
         dependencies={
             name: provide(name)
             for name in (

@@ -145,6 +145,12 @@ class Settings(_Section):
     )
     weights: Literal["auto", "4bit", "float32"] = "auto"
     max_request_bytes: int = Field(4 * 1024**2, ge=1024)
+    max_completion_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="A cap on generated tokens per request (a larger max_tokens is a 400; "
+        "without one a completion ends at the cap). Default: the model's context.",
+    )
     log_level: str = "info"
     shutdown_grace_seconds: float = Field(
         10.0,

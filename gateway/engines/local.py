@@ -28,7 +28,7 @@ from gateway.engines.backend import (
 from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.residency import LocalModels, Resident
 from gateway.engines.runner import ModelRunner, PromptState
-from gateway.errors import InvalidRequestError
+from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.scheduler.jobs import Job, JobState, Priority
 from gateway.scheduler.slot import Scheduler
 
@@ -124,21 +124,37 @@ class LocalBackend:
     # -- prompts -----------------------------------------------------------------------------
 
     async def render(self, messages: Sequence[ChatMessage]) -> Prompt:
-        tokens = await self._with_runner(lambda runner: runner.render_chat(messages))
+        tokens = await self._with_runner(
+            lambda runner: runner.render_chat(messages), _characters(messages)
+        )
         return Prompt(tuple(tokens))
 
     async def render_fixed_prefix(
         self, messages: Sequence[ChatMessage], draft: str | None
     ) -> tuple[int, ...]:
         tokens = await self._with_runner(
-            lambda runner: fixed_prefix_tokens(runner, messages, draft)
+            lambda runner: fixed_prefix_tokens(runner, messages, draft),
+            _characters(messages) + len(draft or ""),
         )
         return tuple(tokens)
 
-    async def _with_runner(self, render: Callable[[ModelRunner], T]) -> T:
-        """Run a (Jinja + tokenizer) rendering in a worker thread; a refusal is a 400."""
+    async def _with_runner(self, render: Callable[[ModelRunner], T], characters: int) -> T:
+        """Run a (Jinja + tokenizer) rendering in a worker thread; a refusal is a 400.
+
+        A text that cannot fit the context whatever its tokens is refused before it is
+        tokenized (which takes seconds for megabytes).
+        """
         runner = await self.models.acquire(self.resident)
         self._context_length, self._vocab_size = runner.context_length, runner.vocab_size
+        limit = runner.context_length * runner.max_token_chars
+        if characters > limit:
+            self.models.release(self.resident)
+            raise ContextLengthExceededError(
+                f"This model's maximum context length is {runner.context_length} tokens; the "
+                f"messages have {characters} characters, more than that many tokens can hold "
+                f"({limit}). Please reduce the length of the messages.",
+                param="messages",
+            )
         try:
             return await asyncio.to_thread(render, runner)
         except Exception as exc:  # the model's template or tokenizer refused this conversation
@@ -251,3 +267,7 @@ class LocalBackend:
     async def close(self) -> None:
         for job in list(self._jobs.values()):
             job.cancel()
+
+
+def _characters(messages: Sequence[ChatMessage]) -> int:
+    return sum(len(str(m.get("content") or "")) for m in messages)

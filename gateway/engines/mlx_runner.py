@@ -123,6 +123,8 @@ class MLXRunner:
         self.vocab_size = int(config["vocab_size"])
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
         self.default_stop = default_stop
+        # (Byte-level vocabularies spell a byte as one character: an upper bound on the text.)
+        self.max_token_chars = max(len(t) for t in self.tokenizer.get_vocab())
         self.prefill_chunk_tokens = PREFILL_CHUNK_TOKENS.get(compute.device, 512)
         mx.reset_peak_memory()  # report the serving peak, not the load-time conversion
         log.info("model %s ready on %s", model_id, compute.as_dict())

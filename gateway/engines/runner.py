@@ -53,6 +53,9 @@ class ModelRunner(Protocol):
     vocab_size: int
     # Stop strings the model needs with every request (a base model's turn marker).
     default_stop: tuple[str, ...]
+    # No token stands for more characters than this: a text longer than context_length times
+    # this cannot fit, which is known without tokenizing it.
+    max_token_chars: int
 
     def render_chat(
         self,

@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_STOP_SEQUENCES = 16
 TOKEN_ID = re.compile(r"[0-9]{1,9}")
@@ -40,15 +40,10 @@ def json_depth(value: Any, limit: int) -> int:
     return deepest
 
 
-def _reject_tools(value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-    if value:
-        raise ValueError("tool calling is not supported yet")
-    return value
-
-
+# Tool calling is not supported yet: an empty list (or none) is accepted, and the schema says
+# so (maxItems 0) rather than accepting what the server then refuses.
 NoTools = Annotated[
-    list[dict[str, Any]] | None,
-    AfterValidator(_reject_tools),
+    Annotated[list[dict[str, Any]], Field(max_length=0)] | None,
     Field(description="Tool calling is not supported yet: send none or an empty list."),
 ]
 
@@ -125,16 +120,20 @@ class ChatCompletionRequest(_Strict):
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
-    stop: str | list[str] | None = None
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
     seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int | None = Field(None, ge=1, le=1, description="Only n=1 is supported.")
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    logit_bias: dict[str, float] | None = Field(
-        None, description="Token id (as a string) to a bias from -100 to 100."
-    )
+    logit_bias: (
+        dict[
+            Annotated[str, Field(pattern=r"^[0-9]{1,9}$")],
+            Annotated[float, Field(ge=-100, le=100)],
+        ]
+        | None
+    ) = Field(None, description="Token id (as a string) to a bias from -100 to 100.")
     user: str | None = None
     response_format: ResponseFormat | None = None
     tools: NoTools = None

@@ -60,11 +60,16 @@ def handle_gateway_error(_: Request[Any, Any, Any], exc: GatewayError) -> Respon
     )
 
 
+MAPPING_FIELDS = frozenset({"logit_bias", "args", "metadata"})
+
+
 def _param_from_key(key: str | None) -> str | None:
     # Litestar reports pydantic locations as "messages.0.role"; OpenAI uses "messages[0].role".
     if not key:
         return None
     parts = key.split(".")
+    if parts[0] in MAPPING_FIELDS:  # a client's own keys are not part of the name
+        return parts[0]
     out = parts[0]
     for part in parts[1:]:
         out += f"[{part}]" if part.isdigit() else f".{part}"

@@ -66,6 +66,8 @@ class SamplingRequest:
     logit_bias: dict[int, float] = field(default_factory=dict)
     grammar: Grammar | None = None
     grammar_param: str = "response_format"  # named when the grammar is refused
+    # A task's own max_tokens is shortened to the gateway's cap; a client's is refused above it.
+    clamp_to_cap: bool = False
 
 
 @dataclass
@@ -138,9 +140,14 @@ class ChatService:
     """Turns chat requests into backend requests and their events into OpenAI responses."""
 
     def __init__(
-        self, registry: TierRegistry, metrics: GatewayMetrics, typing: TypingService
+        self,
+        registry: TierRegistry,
+        metrics: GatewayMetrics,
+        typing: TypingService,
+        max_completion_tokens: int | None = None,
     ) -> None:
         self.registry = registry
+        self.max_completion_tokens = max_completion_tokens
         self.metrics = metrics
         self.typing = typing
         self.closing = False  # shutting down: no new chats
@@ -208,6 +215,15 @@ class ChatService:
         backend = tier.backend
         context = backend.context_length
         requested = sampling.max_tokens
+        cap = self.max_completion_tokens
+        if cap is not None and requested is not None and requested > cap:
+            if not sampling.clamp_to_cap:
+                raise InvalidRequestError(
+                    f"{sampling.max_tokens_param} is {requested}; this gateway allows at most "
+                    f"{cap} completion tokens",
+                    param=sampling.max_tokens_param,
+                )
+            requested = cap
         max_tokens = requested
         if prompt.tokens is not None and context is not None:
             prompt_tokens = len(prompt.tokens)
@@ -220,7 +236,7 @@ class ChatService:
                     "messages or completion.",
                     param="messages" if prompt_tokens >= context else sampling.max_tokens_param,
                 )
-            max_tokens = requested or context - prompt_tokens
+            max_tokens = requested or min(context - prompt_tokens, cap or context)
         vocab = backend.vocab_size
         if vocab is not None and any(t >= vocab for t in sampling.logit_bias):
             raise InvalidRequestError(

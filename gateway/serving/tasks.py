@@ -194,6 +194,7 @@ class TaskService:
                 top_p=sampling.top_p,
                 grammar=task_grammar(task),
                 grammar_param="task_type",
+                clamp_to_cap=True,
             ),
             Priority.parse(request.priority or task.spec.priority, Priority.TASK),
             model_name=tier.name,

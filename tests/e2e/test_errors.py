@@ -128,3 +128,40 @@ def test_unknown_route_and_method_get_envelopes(gateway: RunningGateway) -> None
     assert_envelope(missing.json())
     assert wrong_method.status_code == 405
     assert_envelope(wrong_method.json())
+
+
+def test_hostile_bodies_get_400_never_500(gateway: RunningGateway) -> None:
+    deep = '{"model": "m", "messages": [], "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    with gateway.http() as http:
+        too_deep = http.post(
+            "/v1/chat/completions", content=deep, headers={"content-type": "application/json"}
+        )
+        assert too_deep.status_code == 400
+        assert_envelope(too_deep.json())
+        for key in ("²", "1" * 5000, "-1", "0x10", "١٢"):  # Unicode digits, huge, signs
+            response = http.post(
+                "/v1/chat/completions",
+                json={"model": MODEL, "messages": USER, "logit_bias": {key: 1}},
+            )
+            assert response.status_code == 400, (key, response.text)
+            assert len(assert_envelope(response.json(), "logit_bias")["message"]) < 300
+        huge_name = http.post(
+            "/v1/chat/completions", json={"model": "m" * 1_000_000, "messages": USER}
+        )
+        assert huge_name.status_code == 404
+        assert len(assert_envelope(huge_name.json(), "model")["message"]) < 1000
+        oversized = http.post(
+            "/v1/chat/completions",
+            json={"model": MODEL, "messages": [{"role": "user", "content": "word " * 800_000}]},
+        )
+        assert oversized.status_code == 400
+        assert assert_envelope(oversized.json(), "messages")["code"] == "context_length_exceeded"
+        assert http.get("/health").status_code == 200
+
+
+def test_protocol_edges(gateway: RunningGateway) -> None:
+    with gateway.http() as http:
+        wrong_method = http.put("/v1/chat/completions")
+        assert wrong_method.status_code == 405
+        assert "POST" in wrong_method.headers["Allow"]
+        assert_envelope(wrong_method.json())

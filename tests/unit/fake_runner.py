@@ -42,6 +42,7 @@ class FakeRunner:
     context_length = 4096
     vocab_size = 256
     default_stop: tuple[str, ...] = ()
+    max_token_chars = 1
 
     def render_chat(self, messages: Sequence[dict[str, Any]], **_: Any) -> list[int]:
         return [ord(c) % 256 for m in messages for c in str(m["content"])] or [0]

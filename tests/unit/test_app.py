@@ -31,3 +31,27 @@ async def test_a_secret_is_required_everywhere_but_health() -> None:
         metrics = (await client.get("/metrics", headers={"Authorization": "Bearer s3cret"})).text
         assert 'gateway_requests_total{route="/v1/chat/completions",status="401"} 1.0' in metrics
         assert 'gateway_requests_total{route="/v1/chat/completions",status="200"} 1.0' in metrics
+
+
+async def test_auth_edges_bearer_scheme_x_api_key_and_www_authenticate() -> None:
+    settings = load_settings(
+        overrides={"api_key": "s3cret", "cache": {"prefix_cache_bytes": 0}}, environ={}
+    )
+    app = create_app(settings, runner_factory=lambda model_id, compute: FakeRunner())  # type: ignore[arg-type,return-value]
+    async with AsyncTestClient(app) as client:
+        denied = await client.get("/v1/models")
+        assert denied.status_code == 401
+        assert denied.headers["WWW-Authenticate"].startswith("Bearer")
+        for headers in (
+            {"Authorization": "bearer s3cret"},
+            {"Authorization": "BEARER  s3cret"},
+            {"x-api-key": "s3cret"},
+        ):
+            assert (await client.get("/v1/models", headers=headers)).status_code == 200
+        assert (
+            await client.get("/v1/models", headers={"Authorization": "Basic s3cret"})
+        ).status_code == 401
+        unknown = await client.get("/no/such/path", headers={"x-api-key": "s3cret"})
+        assert unknown.status_code == 404
+        metrics = (await client.get("/metrics", headers={"x-api-key": "s3cret"})).text
+        assert "/no/such/path" not in metrics  # no label per unknown path
