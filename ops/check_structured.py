@@ -40,6 +40,8 @@ RULES = [
     "1. Be factually correct.\n2. No exclamation marks.",
     "1. Answer in one sentence.\n2. Be polite.",
     "1. Be brief.\n2. Do not hedge.\n3. Use numbers as digits.",
+    "1. Do not use capital letters only.\n2. Mention a unit.",
+    "1. Never say you are unsure.",
 ]
 TOPICS = ["Paris", "a cat", "the moon", "a bicycle", "coffee", "a library", "the sea"]
 

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,18 +112,32 @@ def start_gateway(workdir: Path, config: dict[str, Any] | None = None) -> Runnin
         env=env,
     )
     gateway = RunningGateway(process, port, log_path)
+    _wait_until_answering(
+        process, f"{gateway.base_url}/health", "gateway", gateway.log, gateway.stop
+    )
+    return gateway
+
+
+def _wait_until_answering(
+    process: subprocess.Popen[bytes],
+    url: str,
+    name: str,
+    log: Callable[[], str],
+    stop: Callable[[], None],
+) -> None:
+    """Poll ``url`` until it answers 200; fail with the process's log if it dies or hangs."""
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"gateway exited early:\n{gateway.log()}")
+            raise RuntimeError(f"{name} exited early:\n{log()}")
         try:
-            if httpx.get(f"{gateway.base_url}/health", timeout=2).status_code == 200:
-                return gateway
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
         except httpx.HTTPError:
             pass
         time.sleep(0.25)
-    gateway.stop()
-    raise RuntimeError(f"gateway did not start in {START_TIMEOUT_SECONDS} s:\n{gateway.log()}")
+    stop()
+    raise RuntimeError(f"{name} did not start in {START_TIMEOUT_SECONDS} s:\n{log()}")
 
 
 @dataclass
@@ -173,15 +188,7 @@ def start_mlx_lm_server(workdir: Path, model_folder: Path) -> RunningUpstream:
         env=env,
     )
     upstream = RunningUpstream(process, port, log_path)
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"mlx_lm.server exited early:\n{upstream.log()}")
-        try:
-            if httpx.get(f"{upstream.base_url}/models", timeout=2).status_code == 200:
-                return upstream
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    upstream.stop()
-    raise RuntimeError(f"mlx_lm.server did not start:\n{upstream.log()}")
+    _wait_until_answering(
+        process, f"{upstream.base_url}/models", "mlx_lm.server", upstream.log, upstream.stop
+    )
+    return upstream
