@@ -18,6 +18,7 @@ from typing import Any
 
 from gateway.engines.backend import ChatMessage
 from gateway.errors import NotFoundError, UnprocessableError
+from gateway.protocol.openai import shorten
 from gateway.protocol.tasks import (
     TaskArgument,
     TaskDelta,
@@ -56,7 +57,7 @@ class TaskPrompts:
         try:
             return self.catalog.tasks[task_id]
         except KeyError:
-            shown = task_id[:80] + ("..." if len(task_id) > 80 else "")
+            shown = shorten(task_id)
             known = ", ".join(sorted(self.catalog.tasks))
             raise NotFoundError(
                 f"no task type {shown!r}; known task types: {known}", param="task_type"
@@ -103,8 +104,8 @@ class TaskPrompts:
             if name not in task.arguments:
                 known = ", ".join(task.arguments) or "none"
                 raise UnprocessableError(
-                    f"task {task.id!r} has no argument {name[:80]!r}; its arguments: {known}",
-                    param=f"args.{name[:80]}",
+                    f"task {task.id!r} has no argument {shorten(name)!r}; its arguments: {known}",
+                    param=f"args.{shorten(name)}",
                 )
             if not isinstance(value, str):
                 raise UnprocessableError(

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 from gateway.engines.backend import Backend
 from gateway.errors import ModelNotFoundError
-
-MAX_ECHOED_NAME_CHARS = 80
+from gateway.protocol.openai import shorten
 
 
 @dataclass(frozen=True)
@@ -50,8 +49,7 @@ class TierRegistry:
         tier = self.tier_name_of(wanted)
         if tier is None:
             # A client's string is echoed only in a short form (it may be a megabyte).
-            shown = wanted[:MAX_ECHOED_NAME_CHARS]
-            shown += "..." if len(wanted) > MAX_ECHOED_NAME_CHARS else ""
+            shown = shorten(wanted)
             raise ModelNotFoundError(
                 f"The model {shown!r} does not exist. Available: {', '.join(self.names())}",
                 param="model",

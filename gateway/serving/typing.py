@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.engines.backend import ChatMessage, Started, Warmable, Warmup
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.metrics import GatewayMetrics
+from gateway.protocol.openai import shorten
 from gateway.protocol.typing import TypingHint, TypingHintRequest
 from gateway.serving.messages import template_messages
 from gateway.serving.tiers import Tier, TierRegistry
@@ -188,7 +189,7 @@ class TypingService:
         try:
             return self.hints[hint_id]
         except KeyError:
-            raise NotFoundError(f"no typing hint {hint_id!r}", param="id") from None
+            raise NotFoundError(f"no typing hint {shorten(hint_id)!r}", param="id") from None
 
     def abort(self, hint_id: str) -> Hint:
         hint = self.get(hint_id)
