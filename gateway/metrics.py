@@ -103,6 +103,9 @@ class GatewayMetrics:
         self.typing_hints = Counter(
             "gateway_typing_hints", "Typing hints by outcome.", ["outcome"], registry=r
         )
+        self.typing_hints_posted = Counter(
+            "gateway_typing_hints_posted", "Typing hints accepted (202).", registry=r
+        )
         self.prompt_tokens_cached = Counter(
             "gateway_prompt_tokens_cached",
             "Prompt tokens served from a KV cache.",

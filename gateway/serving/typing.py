@@ -161,6 +161,7 @@ class TypingService:
         if previous is not None and previous.state in ACTIVE:
             self._end(previous, PrefillState.SUPERSEDED)
         self._remember(hint)
+        self.metrics.typing_hints_posted.inc()
         follower = asyncio.create_task(self._follow(hint), name=f"follow {hint.id}")
         self._followers.add(follower)
         follower.add_done_callback(self._followers.discard)
