@@ -9,14 +9,17 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from litestar import Litestar
+from litestar import Litestar, MediaType, get
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.middleware import ASGIMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.pydantic import PydanticPlugin
+from litestar.response import File
+from litestar.static_files import create_static_files_router
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.config import Settings, TierSettings
@@ -50,7 +53,10 @@ log = logging.getLogger("gateway")
 
 # Builds a model runner on the inference thread (tests pass a fake one).
 RunnerFactory = Callable[[str, ComputePath], ModelRunner]
-UNAUTHENTICATED_PATHS = frozenset({"/health"})
+UNAUTHENTICATED_PATHS = frozenset({"/health", "/"})
+# The playground's files are public: the page asks for the API key itself.
+UNAUTHENTICATED_PREFIXES = ("/playground/",)
+PLAYGROUND = Path(__file__).parent / "playground"
 
 
 @dataclass
@@ -187,7 +193,9 @@ class ApiKeyAndMetricsMiddleware(ASGIMiddleware):
             if self.lifecycle.draining:
                 status = 503
                 raise ShuttingDownError()
-            needs_key = self.expected is not None and scope["path"] not in UNAUTHENTICATED_PATHS
+            path = scope["path"]
+            public = path in UNAUTHENTICATED_PATHS or path.startswith(UNAUTHENTICATED_PREFIXES)
+            needs_key = self.expected is not None and not public
             if needs_key and not self._authorized(dict(scope["headers"])):
                 status = 401
                 raise AuthenticationError(
@@ -287,6 +295,8 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
 
     return Litestar(
         route_handlers=[
+            playground_page,
+            create_static_files_router(path="/playground", directories=[PLAYGROUND]),
             ChatController,
             ModelsController,
             OpsController,
@@ -320,6 +330,12 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
         ),
         debug=False,
     )
+
+
+@get("/", include_in_schema=False, media_type=MediaType.HTML)
+async def playground_page() -> File:
+    """The playground (gateway extension): a chat page that shows typing hints at work."""
+    return File(PLAYGROUND / "index.html", content_disposition_type="inline")
 
 
 def _no_memory() -> dict[str, int]:
