@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Test set-up: Debian's prometheus (the real-scrape test), chromium and chromium-driver (the
-# playground's browser test), where apt is available and we are root; elsewhere those tests
-# skip and say why (the README says how to install them).
+# playground's browser test) and neovim (the editor plug-in's test), where apt is available
+# and we are root; elsewhere those tests skip and say why (the README says how to install them).
 set -u
 missing=""
 command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 command -v chromedriver >/dev/null 2>&1 || missing="$missing chromium-driver"
+command -v nvim >/dev/null 2>&1 || missing="$missing neovim"
 [ -z "$missing" ] && exit 0
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
   echo "Installing$missing (Debian packages) for the scrape and browser tests..."
