@@ -112,10 +112,18 @@ async function send(event) {
   history.push({ role: "user", content: text });
   addMessage("user", text);
   const bubble = addMessage("assistant", "");
+  const answerText = document.createElement("span");
   const meta = document.createElement("div");
   meta.className = "meta";
+  bubble.append(answerText, meta);
   const started = performance.now();
   let firstAt = null, tokens = 0, usage = null, answer = "";
+  let hintOutcome = usedHint ? "…" : "off";
+  const showMeta = (suffix) => {
+    const ttft = firstAt === null ? "-" : ((firstAt - started) / 1000).toFixed(2) + " s";
+    meta.textContent = `TTFT ${ttft} · hint ${hintOutcome}${suffix}`;
+    meta.dataset.hint = hintOutcome;
+  };
   try {
     const response = await api("/v1/chat/completions", {
       method: "POST",
@@ -145,33 +153,43 @@ async function send(event) {
           for (const choice of chunk.choices || []) {
             const piece = choice.delta && choice.delta.content;
             if (piece) {
-              if (firstAt === null) firstAt = performance.now();
+              if (firstAt === null) {
+                firstAt = performance.now();
+                meta.dataset.ttft = ((firstAt - started) / 1000).toFixed(3);
+                showMeta(" · streaming…");
+                if (usedHint) {  // joined by the request before it ran: its outcome is known
+                  api("/v1/typing/" + usedHint.id).then((r) => r.json()).then((view) => {
+                    hintOutcome = view.state;
+                    showHint(view.state);
+                    if (meta.dataset.streaming !== "done") showMeta(" · streaming…");
+                  }).catch(() => {});
+                }
+              }
               tokens += 1;
               answer += piece;
-              bubble.textContent = answer;
+              answerText.textContent = answer;
             }
           }
         }
       }
     }
   } catch (error) {
-    bubble.textContent = answer + " [" + error.message + "]";
+    answerText.textContent = answer + " [" + error.message + "]";
   }
+  meta.dataset.streaming = "done";
   history.push({ role: "assistant", content: answer });
   const ttft = firstAt === null ? null : (firstAt - started) / 1000;
   const seconds = (performance.now() - (firstAt || started)) / 1000;
   const rate = tokens > 1 && seconds > 0 ? (tokens - 1) / seconds : 0;
   const cached = usage && usage.prompt_tokens_details ? usage.prompt_tokens_details.cached_tokens : 0;
-  let hintOutcome = "off";
   if (usedHint) {
     try { hintOutcome = (await (await api("/v1/typing/" + usedHint.id)).json()).state; } catch (e) { hintOutcome = "?"; }
   }
   meta.textContent = `TTFT ${ttft === null ? "-" : ttft.toFixed(2) + " s"} · ${rate.toFixed(1)} tok/s · ` +
     `${cached}/${usage ? usage.prompt_tokens : "?"} prompt tokens cached · hint ${hintOutcome}`;
   meta.dataset.ttft = ttft === null ? "" : ttft.toFixed(3);
-  meta.dataset.cached = String(cached);
   meta.dataset.hint = hintOutcome;
-  bubble.appendChild(meta);
+  meta.dataset.cached = String(cached);  // set last: the answer is complete
   answers += 1;
   const row = document.createElement("tr");
   for (const cell of [answers, usedHint ? "on" : "off", ttft === null ? "-" : ttft.toFixed(2), rate.toFixed(1), cached, hintOutcome]) {

@@ -88,17 +88,21 @@ def ask(browser: Any, message: str) -> dict[str, str]:
         )
         browser.save_screenshot(str(ARTIFACTS / "playground-hint-ready.png"))
     draft.send_keys(Keys.ENTER)
-    answers = lambda: browser.find_elements(By.CSS_SELECTOR, ".msg.assistant")  # noqa: E731
-    wait_for(lambda: len(answers()) > before and answers()[-1].text.strip())
-    if hints_on:
-        browser.save_screenshot(str(ARTIFACTS / "playground-mid-answer.png"))
-    meta = wait_for(
-        lambda: (
-            (found := browser.find_elements(By.CSS_SELECTOR, ".msg.assistant .meta"))
-            and len(found) > before
-            and found[-1]
+
+    def last_meta() -> Any:
+        found = browser.find_elements(By.CSS_SELECTOR, ".msg.assistant .meta")
+        return found[-1] if len(found) > before else None
+
+    if hints_on:  # mid-answer: TTFT shown and the hint marked as used while it streams
+        wait_for(
+            lambda: (
+                (meta := last_meta()) is not None
+                and meta.get_attribute("data-hint") == "used"
+                and meta.get_attribute("data-streaming") != "done"
+            )
         )
-    )
+        browser.save_screenshot(str(ARTIFACTS / "playground-mid-answer.png"))
+    meta = wait_for(lambda: (m := last_meta()) is not None and m.get_attribute("data-cached") and m)
     return {k: meta.get_attribute(f"data-{k}") for k in ("ttft", "cached", "hint")} | {
         "text": meta.text
     }
@@ -114,7 +118,7 @@ def test_typing_hints_at_work_in_a_real_browser(gw: RunningGateway, browser: Any
     Select(browser.find_element(By.ID, "model")).select_by_index(0)
     maxtokens = browser.find_element(By.ID, "maxtokens")
     maxtokens.clear()
-    maxtokens.send_keys("24")
+    maxtokens.send_keys("48")
 
     with_hint = ask(browser, MESSAGE)
     assert with_hint["hint"] == "used", with_hint
