@@ -27,7 +27,17 @@ class TypingHintRequest(BaseModel):
     whole prompt when every required argument is known).
     """
 
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(
+        strict=True,
+        extra="ignore",
+        # The either-or below, as the OpenAPI document states it.
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["messages"], "properties": {"messages": {"type": "array"}}},
+                {"required": ["task"], "properties": {"task": {"type": "object"}}},
+            ]
+        },
+    )
 
     model: str | None = Field(
         None, description="Default: the task type's tier, else the default tier."
