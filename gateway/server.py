@@ -26,7 +26,11 @@ class GatewayServer(uvicorn.Server):
             super().handle_exit(sig, frame)  # asked again: stop now
             return
         # A signal handler runs on the main thread, where uvicorn's loop runs.
-        loop = asyncio.get_running_loop()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not serving yet: nothing to drain
+            super().handle_exit(sig, frame)
+            return
         self._draining = loop.create_task(self._drain_then_exit(sig, frame))
 
     async def _drain_then_exit(self, sig: int, frame: FrameType | None) -> None:
