@@ -115,6 +115,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--schemas-only", action="store_true", help="skip the task runs")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     gateway = start_gateway(Path(tempfile.mkdtemp(prefix="check-structured-")))
@@ -140,6 +141,8 @@ def main() -> int:
         audits = list(itertools.product(ANSWERS, RULES))
         rng.shuffle(audits)
         runs += [("audit", {"answer": a, "rules": r}) for a, r in audits[: args.n - len(runs)]]
+        if args.schemas_only:
+            runs = []
         for task, task_args in runs:
             result = http.post(f"/v1/tasks/{task}", json={"args": task_args}).json()
             counts["task_runs"] += 1
@@ -169,6 +172,7 @@ def main() -> int:
             choice = reply["choices"][0]
             if choice["finish_reason"] == "length":
                 counts["schema_length"] += 1
+                print("LENGTH:", json.dumps(schema), repr(choice["message"]["content"][-120:]))
                 continue
             try:
                 jsonschema.validate(json.loads(choice["message"]["content"]), schema)

@@ -149,16 +149,26 @@ class TaskType:
         return {"id": self.id, **self.spec.model_dump(mode="json", by_alias=True)}
 
 
-def _strict_objects(schema: Any) -> Any:
-    """``additionalProperties: false`` on every object that does not say otherwise.
+# JSON's exactly representable integers (JavaScript's safe range): the default bounds of an
+# integer the schema leaves unbounded, so its digits are bounded too (a small model otherwise
+# can write "1111..." until max_tokens, which the grammar would allow).
+SAFE_INTEGER = 2**53 - 1
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
-    Small models keep inventing keys until ``max_tokens`` without it (OpenAI's strict mode
-    sets it too).
+
+def _strict_objects(schema: Any) -> Any:
+    """``additionalProperties: false`` on every object that does not say otherwise, and
+    JSON-safe bounds on integers that have none.
+
+    Small models keep inventing keys until ``max_tokens`` without the first (OpenAI's strict
+    mode sets it too), and digits without the second.
     """
     if isinstance(schema, dict):
         out = {k: _strict_objects(v) for k, v in schema.items()}
         if out.get("type") == "object" or "properties" in out:
             out.setdefault("additionalProperties", False)
+        if out.get("type") == "integer" and not any(b in out for b in _BOUNDS):
+            out.update(minimum=-SAFE_INTEGER, maximum=SAFE_INTEGER)
         return out
     if isinstance(schema, list):
         return [_strict_objects(item) for item in schema]
