@@ -37,7 +37,8 @@ vim.api.nvim_buf_set_lines(buf, 3, 4, false, { "What is the capital city of Fran
 vim.cmd("doautocmd TextChangedI")
 local state = nil
 result.ready = vim.wait(60000, function()
-  if onemac.state.hints_posted >= 2 and onemac.state.hint then
+  -- Both hints answered (the second supersedes the first), then the latest one ready.
+  if onemac.state.hints_accepted >= 2 then
     onemac.hint_state(function(view) state = view end)
   end
   return state ~= nil and state.state == "ready" and state.id == onemac.state.hint.id

@@ -18,7 +18,9 @@ M.config = {
   pause_ms = 600, -- a pause this long posts a progressive hint
   max_tokens = 512,
 }
-M.state = { hint = nil, hints_posted = 0, last_answer = nil, last_usage = nil, busy = false }
+M.state = {
+  hint = nil, hints_posted = 0, hints_accepted = 0, last_answer = nil, last_usage = nil, busy = false,
+}
 local session = "nvim-" .. tostring(vim.loop.hrtime())
 local timer = nil
 local typing = false -- a hint was posted for the message being typed
@@ -86,7 +88,12 @@ function M.post_hint(bufnr)
   if #messages == 0 then return end
   M.state.hints_posted = M.state.hints_posted + 1
   request("/v1/typing", { model = M.config.model, messages = messages, session = session, draft = draft },
-    function(hint) if hint and hint.id then M.state.hint = hint end end)
+    function(hint)
+      if hint and hint.id then
+        M.state.hint = hint
+        M.state.hints_accepted = M.state.hints_accepted + 1
+      end
+    end)
 end
 
 -- Called on every change in the chat buffer: the first keystroke of a message posts a hint
