@@ -36,10 +36,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def void(_: object) -> None:
-    """Discard a value (an unload hook returns nothing)."""
-
-
 def fixed_prefix_tokens(
     runner: ModelRunner, messages: Sequence[ChatMessage], draft: str | None
 ) -> list[int]:
@@ -111,7 +107,11 @@ class LocalBackend:
         # Known after the first load; kept across unloads (the model does not change).
         self._context_length: int | None = None
         self._vocab_size: int | None = None
-        resident.on_unload.append(lambda: void(prefix_store.drop_model(tier)))
+
+        def forget_caches() -> None:  # an unloaded model's KV caches are memory to return
+            prefix_store.drop_model(tier)
+
+        resident.on_unload.append(forget_caches)
 
     @property
     def context_length(self) -> int | None:

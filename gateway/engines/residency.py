@@ -213,6 +213,7 @@ class LocalModels:
                 resident.loading = None
 
         asyncio.get_running_loop().create_task(follow(), name=f"load {resident.tier}")
+        # A failed load nobody waits for any more must not be logged as "never retrieved".
         future.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
 
     def _unload(self, resident: Resident, reason: str) -> None:
