@@ -35,7 +35,9 @@ from gateway.metrics import GatewayMetrics
 from gateway.modelstore.footprint import loaded_bytes
 from gateway.modelstore.store import KNOWN_MODELS, ModelStore
 from gateway.routes.chat import ChatController
+from gateway.routes.completions import CompletionsController
 from gateway.routes.errors import EXCEPTION_HANDLERS
+from gateway.routes.messages import MessagesController
 from gateway.routes.models import ModelsController
 from gateway.routes.openapi import describe_truthfully
 from gateway.routes.ops import OpsController
@@ -43,7 +45,10 @@ from gateway.routes.tasks import TasksController
 from gateway.routes.typing import TypingController
 from gateway.scheduler.jobs import Priority
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
+from gateway.serving.anthropic import AnthropicMessages
 from gateway.serving.chat import ChatService
+from gateway.serving.completions import CompletionsService
+from gateway.serving.openai_chat import OpenAIChat
 from gateway.serving.tasks import TaskPrompts, TaskService
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.serving.typing import TypingService
@@ -70,6 +75,9 @@ class Services:
     local_models: LocalModels
     registry: TierRegistry
     chat: ChatService
+    openai_chat: OpenAIChat
+    completions: CompletionsService
+    anthropic: AnthropicMessages
     typing: TypingService
     tasks: TaskService
     lifecycle: Lifecycle
@@ -274,6 +282,9 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
                 local_models=local_models,
                 registry=registry,
                 chat=chat,
+                openai_chat=OpenAIChat(chat),
+                completions=CompletionsService(chat),
+                anthropic=AnthropicMessages(chat),
                 typing=typing,
                 tasks=tasks,
                 lifecycle=lifecycle,
@@ -298,6 +309,8 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             playground_page,
             create_static_files_router(path="/playground", directories=[PLAYGROUND]),
             ChatController,
+            CompletionsController,
+            MessagesController,
             ModelsController,
             OpsController,
             TasksController,
@@ -309,6 +322,9 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             name: provide(name)
             for name in (
                 "chat",
+                "openai_chat",
+                "completions",
+                "anthropic",
                 "typing",
                 "registry",
                 "scheduler",

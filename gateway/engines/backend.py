@@ -57,7 +57,19 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[int, float] = field(default_factory=dict)
+    top_k: int = 0  # 0: no top-k filtering
     grammar: Grammar | None = None
+    # Log-probabilities of the chosen tokens and of this many alternatives (0-20); None: off.
+    logprobs: int | None = None
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function the model may call: its name, what it does, and its arguments' JSON Schema."""
+
+    name: str
+    description: str | None
+    parameters: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -66,7 +78,9 @@ class Capabilities:
 
     prefix_cache: bool = False  # reuses KV caches of earlier prompts
     typing_hints: bool = False  # can pre-prefill while the user types (``Warmable``)
-    structured_output: bool = False  # constrained decoding
+    structured_output: bool = False  # constrained decoding (also what tool calls need)
+    logprobs: bool = False  # TokenEvent carries log-probabilities when asked
+    text_prompts: bool = False  # takes a raw text prompt (legacy completions)
     token_ids: bool = False  # TokenEvent carries the ids of the tokens
     local_slot: bool = False  # computes in this Mac's one inference slot
 
@@ -82,6 +96,13 @@ class Prompt:
 
 
 @dataclass(frozen=True)
+class TextPrompt:
+    """A raw text prompt, fed without a chat template (legacy completions)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     """One request to a backend."""
 
@@ -91,6 +112,10 @@ class GenerationRequest:
     priority: Priority = Priority.USER
     session: str | None = None
     prompt: Prompt = Prompt()
+    # Functions described to the model (rendered by the backend with the conversation).
+    tools: tuple[ToolSpec, ...] = ()
+    # Set for a legacy completion: the prompt is this text, ``messages`` is empty.
+    text_prompt: TextPrompt | None = None
 
 
 # -- events ------------------------------------------------------------------------------------
@@ -112,11 +137,32 @@ class PrefillProgress:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """A token as text and bytes (a token may hold part of a character) and its log-probability."""
+
+    token: str
+    token_bytes: bytes
+    logprob: float
+
+
+@dataclass(frozen=True)
+class TokenChoice:
+    """A generated token's log-probability and the most likely alternatives at its step."""
+
+    chosen: TokenLogprob
+    top: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
 class TokenEvent:
-    """New text (possibly empty) and the ids of the tokens that produced it."""
+    """New text (possibly empty) and the ids of the tokens that produced it.
+
+    ``logprobs`` has one entry per token id when the request asked for them.
+    """
 
     text: str
     token_ids: tuple[int, ...] = ()
+    logprobs: tuple[TokenChoice, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +173,7 @@ class Finished:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    stop_sequence: str | None = None  # the stop string that ended it, if one did
 
 
 BackendEvent = Started | PrefillProgress | TokenEvent | Finished
@@ -162,8 +209,15 @@ class Backend(Protocol):
         """Token ids run from 0 to this, when known (for ``logit_bias``)."""
         ...
 
-    async def render(self, messages: Sequence[ChatMessage]) -> Prompt:
-        """The prompt the backend will feed for ``messages`` (tokens only if it renders)."""
+    async def render(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()
+    ) -> Prompt:
+        """The prompt the backend will feed for ``messages`` and the functions described to
+        the model (tokens only if it renders)."""
+        ...
+
+    async def render_text(self, prompt: TextPrompt) -> Prompt:
+        """The prompt of a raw text (``capabilities.text_prompts``)."""
         ...
 
     def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
@@ -203,9 +257,10 @@ class Warmable(Protocol):
     """Backends that pre-compute while the user types (``capabilities.typing_hints``)."""
 
     async def render_fixed_prefix(
-        self, messages: Sequence[ChatMessage], draft: str | None
+        self, messages: Sequence[ChatMessage], draft: str | None, tools: Sequence[ToolSpec] = ()
     ) -> tuple[int, ...]:
-        """Tokens of what is already fixed: the conversation and the draft's whole words."""
+        """Tokens of what is already fixed: the functions, the conversation and the draft's
+        whole words."""
         ...
 
     async def warm(self, hint_id: str, tokens: Sequence[int]) -> Warmup:

@@ -24,6 +24,8 @@ from gateway.engines.backend import (
     PrefillProgress,
     Prompt,
     Started,
+    TextPrompt,
+    ToolSpec,
 )
 from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.residency import LocalModels, Resident
@@ -37,7 +39,10 @@ T = TypeVar("T")
 
 
 def fixed_prefix_tokens(
-    runner: ModelRunner, messages: Sequence[ChatMessage], draft: str | None
+    runner: ModelRunner,
+    messages: Sequence[ChatMessage],
+    draft: str | None,
+    tools: Sequence[ToolSpec] = (),
 ) -> list[int]:
     """Tokens of everything already fixed: the conversation, plus the draft's whole words.
 
@@ -49,9 +54,11 @@ def fixed_prefix_tokens(
     cut = max(words.rfind(" "), words.rfind("\n"))
     stable = words[:cut] if cut > 0 else ""
     if not stable.strip():
-        return runner.render_chat(messages, add_generation_prompt=False)
+        return runner.render_chat(messages, tools=tools, add_generation_prompt=False)
     return runner.render_chat(
-        [*messages, {"role": "user", "content": stable}], continue_final_message=True
+        [*messages, {"role": "user", "content": stable}],
+        tools=tools,
+        continue_final_message=True,
     )
 
 
@@ -101,6 +108,8 @@ class LocalBackend:
             typing_hints=prefix_store.enabled,  # a warmed cache lives in the store
             token_ids=True,
             structured_output=True,  # llguidance in the runner
+            logprobs=True,
+            text_prompts=True,
             local_slot=True,
         )
         self._jobs: dict[str, Job] = {}
@@ -123,17 +132,27 @@ class LocalBackend:
 
     # -- prompts -----------------------------------------------------------------------------
 
-    async def render(self, messages: Sequence[ChatMessage]) -> Prompt:
+    async def render(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()
+    ) -> Prompt:
+        described = sum(len(str(tool.parameters)) + len(tool.description or "") for tool in tools)
         tokens = await self._with_runner(
-            lambda runner: runner.render_chat(messages), _characters(messages)
+            lambda runner: runner.render_chat(messages, tools=tools),
+            _characters(messages) + described,
+        )
+        return Prompt(tuple(tokens))
+
+    async def render_text(self, prompt: TextPrompt) -> Prompt:
+        tokens = await self._with_runner(
+            lambda runner: runner.render_text(prompt.text), len(prompt.text)
         )
         return Prompt(tuple(tokens))
 
     async def render_fixed_prefix(
-        self, messages: Sequence[ChatMessage], draft: str | None
+        self, messages: Sequence[ChatMessage], draft: str | None, tools: Sequence[ToolSpec] = ()
     ) -> tuple[int, ...]:
         tokens = await self._with_runner(
-            lambda runner: fixed_prefix_tokens(runner, messages, draft),
+            lambda runner: fixed_prefix_tokens(runner, messages, draft, tools),
             _characters(messages) + len(draft or ""),
         )
         return tuple(tokens)
@@ -166,7 +185,12 @@ class LocalBackend:
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
         if request.prompt.tokens is None:
-            request = replace(request, prompt=await self.render(request.messages))
+            prompt = (
+                await self.render_text(request.text_prompt)
+                if request.text_prompt is not None
+                else await self.render(request.messages, request.tools)
+            )
+            request = replace(request, prompt=prompt)
         runner = await self.models.acquire(self.resident, request.priority)
         try:
             job = Job(

@@ -20,12 +20,20 @@ from gateway.engines.backend import (
     Grammar,
     PrefillProgress,
     SamplingParams,
+    TokenChoice,
     TokenEvent,
+    ToolSpec,
 )
 from gateway.engines.constrained import GrammarConstraint, make_llg_tokenizer
 from gateway.engines.device import ComputePath
+from gateway.engines.logprobs import TokenSpeller
 from gateway.engines.runner import KVCache, PromptState
 from gateway.engines.stops import StopMatcher
+from gateway.engines.tool_format import (
+    generic_tool_messages,
+    template_knows_tools,
+    template_tools,
+)
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +134,10 @@ class MLXRunner:
         # (Byte-level vocabularies spell a byte as one character: an upper bound on the text.)
         self.max_token_chars = max(len(t) for t in self.tokenizer.get_vocab())
         self.prefill_chunk_tokens = PREFILL_CHUNK_TOKENS.get(compute.device, 512)
+        self.template_knows_tools = template_knows_tools(
+            getattr(self.tokenizer, "chat_template", None)
+        )
+        self._speller: TokenSpeller | None = None  # built on the first request for logprobs
         mx.reset_peak_memory()  # report the serving peak, not the load-time conversion
         log.info("model %s ready on %s", model_id, compute.as_dict())
 
@@ -142,18 +154,32 @@ class MLXRunner:
         self,
         messages: Sequence[ChatMessage],
         *,
+        tools: Sequence[ToolSpec] = (),
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
     ) -> list[int]:
+        extra: dict[str, Any] = {}
+        uses_tools = bool(tools) or any(
+            m.get("role") == "tool" or m.get("tool_calls") for m in messages
+        )
+        if uses_tools and self.template_knows_tools:
+            extra["tools"] = template_tools(tools) if tools else None
+        elif uses_tools:
+            messages = generic_tool_messages(messages, tools)
         rendered = self.tokenizer.apply_chat_template(
             list(messages),
             add_generation_prompt=add_generation_prompt and not continue_final_message,
             continue_final_message=continue_final_message,
             tokenize=True,
+            **extra,
         )
         if isinstance(rendered, dict):  # some transformers versions return a BatchEncoding
             rendered = rendered["input_ids"]
         return [int(t) for t in rendered]
+
+    def render_text(self, text: str) -> list[int]:
+        # With the tokenizer's own special tokens (Gemma's <bos>), as a raw prompt needs.
+        return [int(t) for t in self.tokenizer.encode(text)]
 
     def encode(self, text: str) -> list[int]:
         return [int(t) for t in self.tokenizer.encode(text, add_special_tokens=False)]
@@ -187,6 +213,11 @@ class MLXRunner:
         # The grammar is compiled now, so that a bad one fails before the job reports a start.
         constraint = self._constraint(params.grammar) if params.grammar else None
         return MLXGeneration(self, prompt, params, state, constraint)
+
+    def _token_speller(self) -> TokenSpeller:
+        if self._speller is None:
+            self._speller = TokenSpeller(self.tokenizer)
+        return self._speller
 
     def _constraint(self, grammar: Grammar) -> GrammarConstraint:
         if self._llg_tokenizer is None:
@@ -225,9 +256,17 @@ class MLXRunner:
         steps = self._sampled_tokens(uncached[head:], cache, params, max_tokens, constraint)
         detokenizer = self.tokenizer.detokenizer
         stops = StopMatcher(params.stop)
+        speller = self._token_speller() if params.logprobs is not None else None
 
         def finished(reason: FinishReason) -> Finished:
-            return Finished(reason, len(prompt), len(generated), generation.cached_tokens)
+            return Finished(
+                reason, len(prompt), len(generated), generation.cached_tokens, stops.matched
+            )
+
+        def choices(token: int, logprobs: Any) -> tuple[TokenChoice, ...]:
+            if speller is None:
+                return ()
+            return (speller.choice(token, logprobs, params.logprobs or 0),)
 
         def final_text() -> tuple[str, bool]:
             detokenizer.finalize()
@@ -238,24 +277,24 @@ class MLXRunner:
             for done in self.prefill(uncached[:head], cache):
                 yield PrefillProgress(generation.cached_tokens + done)
                 restore_released_cache()
-            for token in steps:
+            for token, logprobs in steps:
                 generated.append(token)
                 if token in self.eos_token_ids:
                     break
                 detokenizer.add_token(token)
                 text, stopped = stops.feed(detokenizer.last_segment)
                 if stopped:
-                    yield TokenEvent(text, (token,))
+                    yield TokenEvent(text, (token,), choices(token, logprobs))
                     yield finished("stop")
                     return
                 if len(generated) == max_tokens:
                     tail, stopped = final_text()
-                    yield TokenEvent(text + tail, (token,))
+                    yield TokenEvent(text + tail, (token,), choices(token, logprobs))
                     yield finished("stop" if stopped else "length")
                     return
                 # An event per token, even without text: each is a point where the
                 # scheduler may cancel or preempt the job.
-                yield TokenEvent(text, (token,))
+                yield TokenEvent(text, (token,), choices(token, logprobs))
                 restore_released_cache()
             tail, stopped = final_text()
             if tail:
@@ -277,8 +316,10 @@ class MLXRunner:
         params: SamplingParams,
         max_tokens: int,
         constraint: GrammarConstraint | None,
-    ) -> Generator[int, None, None]:
-        """Token ids: the first from one pass over the uncached prompt, the rest from mlx-lm.
+    ) -> Generator[tuple[int, Any], None, None]:
+        """Token ids and the log-probabilities they were drawn from (after every processor,
+        the grammar's mask included): the first from one pass over the uncached prompt, the
+        rest from mlx-lm.
 
         mlx-lm's ``generate_step`` prefills all but the last prompt token and then runs the
         last one alone: one more forward pass before the first token, which on a long
@@ -300,8 +341,9 @@ class MLXRunner:
         logits = self.model(fed[None], cache=cache)[:, -1, :]
         for processor in [*make_job_logits_processors(params, len(uncached)), *grammar]:
             logits = processor(fed, logits)
-        first = int(sampler(logits - mx.logsumexp(logits, keepdims=True)).item())  # type: ignore[arg-type]
-        yield first
+        logprobs = logits - mx.logsumexp(logits, keepdims=True)
+        first = int(sampler(logprobs).item())  # type: ignore[arg-type]
+        yield first, logprobs[0]
         if max_tokens <= 1:
             return
         processors = [*make_job_logits_processors(params, 0), *grammar]  # completion only
@@ -314,8 +356,8 @@ class MLXRunner:
             prompt_cache=cache,
         )
         try:
-            for token, _logprobs in steps:
-                yield int(token)
+            for token, step_logprobs in steps:
+                yield int(token), step_logprobs
         finally:
             steps.close()
 

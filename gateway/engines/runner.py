@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.engines.backend import BackendEvent, ChatMessage, SamplingParams
+from gateway.engines.backend import BackendEvent, ChatMessage, SamplingParams, ToolSpec
 
 # A runner's KV cache, opaque to everyone but the runner (mlx-lm: a list of cache objects).
 KVCache = Any
@@ -61,14 +61,20 @@ class ModelRunner(Protocol):
         self,
         messages: Sequence[ChatMessage],
         *,
+        tools: Sequence[ToolSpec] = (),
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
     ) -> list[int]:
         """Apply the model's chat template and return prompt tokens.
 
+        ``tools`` are described to the model (``gateway.engines.tool_format``).
         ``continue_final_message`` leaves the last message open (no end-of-turn), for
         pre-computing a message that is still being typed.
         """
+        ...
+
+    def render_text(self, text: str) -> list[int]:
+        """A raw text prompt's tokens (with the tokenizer's own special tokens)."""
         ...
 
     def new_cache(self) -> KVCache: ...

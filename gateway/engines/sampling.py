@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Callable
 
 import mlx.core as mx
-from mlx_lm.sample_utils import apply_top_p, greedy_sampler, make_logits_processors
+from mlx_lm.sample_utils import apply_top_k, apply_top_p, greedy_sampler, make_logits_processors
 
 from gateway.engines.backend import SamplingParams
 
@@ -21,17 +21,20 @@ PENALTY_CONTEXT_TOKENS = 1024
 
 
 def make_job_sampler(params: SamplingParams) -> Sampler:
-    """A sampler for one job: greedy at temperature 0, else seeded categorical with top-p."""
+    """A sampler for one job: greedy at temperature 0, else seeded categorical with top-k
+    and top-p (in that order, as vLLM and llama.cpp apply them)."""
     if params.temperature == 0:
         return greedy_sampler
     seed = params.seed if params.seed is not None else secrets.randbits(63)
     key = mx.random.key(seed % 2**64)  # OpenAI seeds are signed 64-bit; MLX keys unsigned
     inverse_temperature = 1.0 / params.temperature
-    top_p = params.top_p
+    top_p, top_k = params.top_p, params.top_k
 
     def sample(logprobs: mx.array) -> mx.array:
         nonlocal key
         key, draw = mx.random.split(key)
+        if 0 < top_k < logprobs.shape[-1]:
+            logprobs = apply_top_k(logprobs, top_k)
         if 0.0 < top_p < 1.0:
             logprobs = apply_top_p(logprobs, top_p)
         return mx.random.categorical(logprobs * inverse_temperature, key=draw)

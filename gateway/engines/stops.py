@@ -15,15 +15,17 @@ class StopMatcher:
     def __init__(self, stops: Sequence[str]) -> None:
         self.stops = [s for s in stops if s]
         self._pending = ""
+        self.matched: str | None = None  # the stop string that was reached
 
     def feed(self, text: str) -> tuple[str, bool]:
         """Add ``text``; return (text safe to emit, whether a stop string was reached)."""
         if not self.stops:
             return text, False
         self._pending += text
-        hits = [i for i in (self._pending.find(s) for s in self.stops) if i >= 0]
+        hits = [(i, s) for s in self.stops if (i := self._pending.find(s)) >= 0]
         if hits:
-            emit, self._pending = self._pending[: min(hits)], ""
+            at, self.matched = min(hits, key=lambda hit: hit[0])
+            emit, self._pending = self._pending[:at], ""
             return emit, True
         hold = self._held_back_length()
         cut = len(self._pending) - hold

@@ -36,7 +36,9 @@ from gateway.engines.backend import (
     GenerationRequest,
     Prompt,
     Started,
+    TextPrompt,
     TokenEvent,
+    ToolSpec,
 )
 from gateway.errors import UpstreamError, UpstreamRejectedError, UpstreamTimeoutError
 from gateway.metrics import GatewayMetrics
@@ -84,7 +86,7 @@ class OpenAIUpstreamBackend:
         self.metrics = metrics
         # Only an upstream on this Mac competes for its memory bandwidth.
         self.scheduler = scheduler if config.same_machine else None
-        self.capabilities = Capabilities(local_slot=self.scheduler is not None)
+        self.capabilities = Capabilities(local_slot=self.scheduler is not None, text_prompts=True)
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self._client = httpx.AsyncClient(
             base_url=config.base_url.rstrip("/") + "/",
@@ -103,14 +105,22 @@ class OpenAIUpstreamBackend:
     def context_length(self) -> int | None:
         return self.config.context_length
 
-    async def render(self, messages: Sequence[ChatMessage]) -> Prompt:
+    async def render(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()
+    ) -> Prompt:
         return Prompt()  # the upstream renders its own prompt
+
+    async def render_text(self, prompt: TextPrompt) -> Prompt:
+        return Prompt()
 
     def _body(self, request: GenerationRequest) -> dict[str, Any]:
         params = request.params
-        body: dict[str, Any] = {
-            "model": self.config.model,
-            "messages": list(request.messages),
+        body: dict[str, Any] = {"model": self.config.model}
+        if request.text_prompt is not None:
+            body["prompt"] = request.text_prompt.text
+        else:
+            body["messages"] = list(request.messages)
+        body |= {
             "stream": True,
             "stream_options": {"include_usage": True},
             "temperature": params.temperature,
@@ -138,8 +148,9 @@ class OpenAIUpstreamBackend:
         )
         async with lease:
             try:
+                endpoint = "completions" if request.text_prompt else "chat/completions"
                 async with self._client.stream(
-                    "POST", "chat/completions", json=self._body(request)
+                    "POST", endpoint, json=self._body(request)
                 ) as response:
                     if response.status_code != 200:
                         await response.aread()
@@ -185,7 +196,8 @@ class OpenAIUpstreamBackend:
             usage = chunk.get("usage") or usage
             for choice in chunk.get("choices") or ():
                 delta = choice.get("delta") or {}
-                text = delta.get("content") or ""
+                # (A legacy completion's chunk carries "text" instead of a delta.)
+                text = delta.get("content") or choice.get("text") or ""
                 if text:
                     chunks += 1
                     yield TokenEvent(text)

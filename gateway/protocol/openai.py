@@ -6,12 +6,21 @@ Only what the gateway speaks is modelled. Fields the gateway adds beyond the spe
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 MAX_STOP_SEQUENCES = 16
 TOKEN_ID = re.compile(r"[0-9]{1,9}")
@@ -40,28 +49,45 @@ def json_depth(value: Any, limit: int) -> int:
     return deepest
 
 
-# Tool calling is not supported yet: an empty list (or none) is accepted, and the schema says
-# so (maxItems 0) rather than accepting what the server then refuses.
-NoTools = Annotated[
-    Annotated[list[dict[str, Any]], Field(max_length=0)] | None,
-    Field(description="Tool calling is not supported yet: send none or an empty list."),
-]
+MAX_TOOLS = 128
+FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
     # Strict: "5" is not an integer and true is not a number, as in OpenAI's own API.
     model_config = ConfigDict(strict=True)
 
 
-class TextContentPart(_Strict):
+class TextContentPart(StrictModel):
     type: Literal["text"] = Field(description="Only text parts are supported.")
     text: str
 
 
-class ChatMessage(_Strict):
-    role: Literal["system", "developer", "user", "assistant"]
+class FunctionCall(StrictModel):
+    name: str
+    arguments: str = Field(description="The arguments as JSON text.")
+
+
+class ToolCall(StrictModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(StrictModel):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = Field(None, description="assistant messages only")
+    tool_call_id: str | None = Field(None, description="tool messages: the call answered")
+
+    @model_validator(mode="after")
+    def _check_tool_fields(self) -> ChatMessage:
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs tool_call_id")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        return self
 
     def text(self) -> str:
         if self.content is None:
@@ -70,17 +96,75 @@ class ChatMessage(_Strict):
             return self.content
         return "".join(part.text for part in self.content)
 
-    def as_template_message(self) -> dict[str, str]:
+    def as_template_message(self) -> dict[str, Any]:
         # "developer" is OpenAI's newer name for the system role.
         role = "system" if self.role == "developer" else self.role
-        return {"role": role, "content": self.text()}
+        message: dict[str, Any] = {"role": role, "content": self.text()}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {
+                        "name": call.function.name,
+                        "arguments": _json_or_text(call.function.arguments),
+                    },
+                }
+                for call in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
 
 
-class StreamOptions(_Strict):
+def _json_or_text(arguments: str) -> Any:
+    """Arguments as chat templates take them: decoded JSON (text if it is not JSON)."""
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
+
+
+class FunctionDefinition(StrictModel):
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    parameters: dict[str, Any] | None = Field(
+        None, description="A JSON Schema of the arguments (an object); none: no arguments."
+    )
+    strict: bool | None = Field(
+        None, description="Accepted either way: arguments always match the schema."
+    )
+
+    @field_validator("parameters")
+    @classmethod
+    def _check_depth(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and json_depth(value, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+            raise ValueError(f"the JSON schema is nested deeper than {MAX_SCHEMA_DEPTH} levels")
+        return value
+
+
+class ToolDefinition(StrictModel):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(StrictModel):
+    name: str
+
+
+class NamedToolChoice(StrictModel):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoiceParam = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+class StreamOptions(StrictModel):
     include_usage: bool = False
 
 
-class JSONSchemaFormat(_Strict):
+class JSONSchemaFormat(StrictModel):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     description: str | None = None
     schema_: dict[str, Any] | None = Field(None, alias="schema")
@@ -91,7 +175,7 @@ class JSONSchemaFormat(_Strict):
     )
 
 
-class ResponseFormat(_Strict):
+class ResponseFormat(StrictModel):
     """``text``, ``json_object`` (any JSON object) or ``json_schema``; the JSON ones are
     enforced by constrained decoding: valid JSON always, or ``finish_reason: length`` when
     ``max_tokens`` cut it."""
@@ -109,7 +193,7 @@ class ResponseFormat(_Strict):
         return self
 
 
-class ChatCompletionRequest(_Strict):
+class ChatCompletionRequest(StrictModel):
     """``POST /v1/chat/completions``. Unknown fields are ignored, as SDKs add new ones."""
 
     model_config = ConfigDict(strict=True, extra="ignore")
@@ -136,11 +220,17 @@ class ChatCompletionRequest(_Strict):
     ) = Field(None, description="Token id (as a string) to a bias from -100 to 100.")
     user: str | None = None
     response_format: ResponseFormat | None = None
-    tools: NoTools = None
-    tool_choice: Literal["none"] | None = None
-    logprobs: Literal[False] | None = Field(
-        None, description="Log probabilities are not supported."
+    tools: Annotated[list[ToolDefinition], Field(max_length=MAX_TOOLS)] | None = Field(
+        None,
+        description="Functions the model may call. Calls are constrained: always "
+        "well-formed, arguments matching each function's schema.",
     )
+    tool_choice: ToolChoiceParam | None = Field(
+        None, description="none | auto (the default with tools) | required | a named function"
+    )
+    parallel_tool_calls: bool | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
     priority: Literal["user", "task", "background"] | None = Field(
         None,
         description="(gateway extension) Scheduling class; also the X-Gateway-Priority header.",
@@ -167,6 +257,22 @@ class ChatCompletionRequest(_Strict):
             if not -100 <= bias <= 100:
                 raise ValueError(f"logit_bias values must be in [-100, 100]; got {bias}")
         return value
+
+    @model_validator(mode="after")
+    def _check_tools_and_logprobs(self) -> ChatCompletionRequest:
+        names = [tool.function.name for tool in self.tools or ()]
+        if len(set(names)) != len(names):
+            raise ValueError("tools: function names must be unique")
+        choice = self.tool_choice
+        if choice is not None and choice != "none" and not names:
+            raise ValueError("tool_choice is only allowed when tools are specified")
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+            raise ValueError(
+                f"tool_choice names an unknown function {shorten(choice.function.name)!r}"
+            )
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -196,17 +302,50 @@ class Usage(BaseModel):
     prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
 
 
+class ResponseFunctionCall(BaseModel):
+    name: str
+    arguments: str
+
+
+class ResponseToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: ResponseFunctionCall
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
+    tool_calls: list[ResponseToolCall] | None = None
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprob] | None
+    refusal: list[TokenLogprob] | None = None
+
+
+FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 class Choice(BaseModel):
     index: int = 0
     message: AssistantMessage
-    finish_reason: Literal["stop", "length"]
-    logprobs: None = None
+    finish_reason: FinishReason
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletion(BaseModel):
@@ -219,16 +358,38 @@ class ChatCompletion(BaseModel):
     system_fingerprint: str | None = None
 
 
+class _OmitsUnset(BaseModel):
+    """Fields left None are left out, as OpenAI's own deltas do: the SDK's stream helpers
+    merge deltas key by key, and a ``"type": null`` would overwrite the call's type."""
+
+    @model_serializer(mode="wrap")
+    def _omit_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class ChoiceDeltaFunction(_OmitsUnset):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ChoiceDeltaToolCall(_OmitsUnset):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: ChoiceDeltaFunction
+
+
 class ChoiceDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ChoiceDeltaToolCall] | None = None
 
 
 class ChunkChoice(BaseModel):
     index: int = 0
     delta: ChoiceDelta
-    finish_reason: Literal["stop", "length"] | None = None
-    logprobs: None = None
+    finish_reason: FinishReason | None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionChunk(BaseModel):

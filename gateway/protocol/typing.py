@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.protocol.openai import ChatMessage, NoTools
+from gateway.protocol.openai import MAX_TOOLS, ChatMessage, ToolDefinition
 
 HintStateName = Literal["queued", "computing", "ready", "used", "aborted", "superseded", "expired"]
 
@@ -46,7 +46,9 @@ class TypingHintRequest(BaseModel):
         None, min_length=1, description="Everything that will precede the message being typed."
     )
     task: TaskHint | None = None
-    tools: NoTools = None
+    tools: Annotated[list[ToolDefinition], Field(max_length=MAX_TOOLS)] | None = Field(
+        None, description="The functions the chat request will offer (they are in its prefix)."
+    )
     session: str | None = Field(
         None,
         min_length=1,

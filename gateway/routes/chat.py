@@ -12,7 +12,7 @@ from gateway.protocol.openai import ChatCompletionRequest
 from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
 from gateway.routes.errors import ERROR_RESPONSES
 from gateway.routes.sse import ServerSentEvents
-from gateway.serving.chat import ChatService
+from gateway.serving.openai_chat import OpenAIChat
 
 
 class ChatController(Controller):
@@ -34,7 +34,7 @@ class ChatController(Controller):
         self,
         request: Request[Any, Any, Any],
         data: JSONBody[ChatCompletionRequest],
-        chat: NamedDependency[ChatService],
+        openai_chat: NamedDependency[OpenAIChat],
         x_gateway_priority: Annotated[
             str | None,
             HeaderParameter(
@@ -44,6 +44,7 @@ class ChatController(Controller):
             ),
         ] = None,
     ) -> Response[Any]:
+        chat = openai_chat
         prepared = await chat.prepare(data, x_gateway_priority)
         try:
             run = await unless_disconnected(request, chat.start(prepared))

@@ -1,4 +1,8 @@
-"""One mapping from every exception to OpenAI's error envelope and the right status."""
+"""One mapping from every exception to an error envelope and the right status.
+
+OpenAI's envelope everywhere, except on Anthropic's paths (``/v1/messages...``), where
+Anthropic's clients expect ``{"type": "error", "error": {"type", "message"}}`` and its types.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import ResponseSpec
 
 from gateway.errors import AuthenticationError, GatewayError, QueueFullError, ShuttingDownError
+from gateway.protocol.anthropic import AnthropicError, AnthropicErrorDetail
 from gateway.protocol.openai import ErrorDetail, ErrorResponse
 
 log = logging.getLogger(__name__)
@@ -21,6 +26,25 @@ _TYPES_BY_STATUS = {
 }
 
 
+ANTHROPIC_PATHS = "/v1/messages"
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error_body(status: int, message: str) -> AnthropicError:
+    kind = _ANTHROPIC_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    return AnthropicError(error=AnthropicErrorDetail(type=kind, message=message))
+
+
 def envelope(
     status: int,
     message: str,
@@ -29,7 +53,15 @@ def envelope(
     param: str | None = None,
     code: str | None = None,
     headers: dict[str, str] | None = None,
-) -> Response[ErrorResponse]:
+    request: Request[Any, Any, Any] | None = None,
+) -> Response[Any]:
+    if request is not None and request.url.path.startswith(ANTHROPIC_PATHS):
+        return Response(
+            anthropic_error_body(status, message),
+            status_code=status,
+            media_type=MediaType.JSON,
+            headers=headers,
+        )
     if error_type is None:
         error_type = "invalid_request_error" if status < 500 else "server_error"
     body = ErrorResponse(
@@ -44,7 +76,7 @@ def gateway_error_body(exc: GatewayError) -> ErrorResponse:
     )
 
 
-def handle_gateway_error(_: Request[Any, Any, Any], exc: GatewayError) -> Response[ErrorResponse]:
+def handle_gateway_error(request: Request[Any, Any, Any], exc: GatewayError) -> Response[Any]:
     headers: dict[str, str] = {}
     if isinstance(exc, QueueFullError | ShuttingDownError):
         headers["Retry-After"] = str(exc.retry_after)
@@ -57,6 +89,7 @@ def handle_gateway_error(_: Request[Any, Any, Any], exc: GatewayError) -> Respon
         param=exc.param,
         code=exc.code,
         headers=headers or None,
+        request=request,
     )
 
 
@@ -77,12 +110,16 @@ def _param_from_key(key: str | None) -> str | None:
 
 
 def handle_validation_error(
-    _: Request[Any, Any, Any], exc: ValidationException
-) -> Response[ErrorResponse]:
+    request: Request[Any, Any, Any], exc: ValidationException
+) -> Response[Any]:
     details = exc.extra if isinstance(exc.extra, list) else []
     if not details:
         # Litestar raises this for bodies that are not JSON at all.
-        return envelope(400, f"We could not parse the JSON body of your request. ({exc.detail})")
+        return envelope(
+            400,
+            f"We could not parse the JSON body of your request. ({exc.detail})",
+            request=request,
+        )
     first = details[0] if isinstance(details[0], dict) else {}
     param = _param_from_key(first.get("key"))
     message = first.get("message", exc.detail)
@@ -90,10 +127,10 @@ def handle_validation_error(
         message = f"Invalid value for '{param}': {message}"
     if len(details) > 1:
         message += f" (and {len(details) - 1} more problem(s))"
-    return envelope(400, message, param=param, code="invalid_value")
+    return envelope(400, message, param=param, code="invalid_value", request=request)
 
 
-def handle_http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Response[ErrorResponse]:
+def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     status = exc.status_code
     message = exc.detail or "error"
     if status == 413:
@@ -102,17 +139,25 @@ def handle_http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Resp
         log.error("HTTP %s: %s", status, message)
     # Litestar's own headers (a 405's Allow) are kept.
     headers = {str(k): str(v) for k, v in (exc.headers or {}).items()} or None
-    return envelope(status, message, error_type=_TYPES_BY_STATUS.get(status), headers=headers)
+    return envelope(
+        status,
+        message,
+        error_type=_TYPES_BY_STATUS.get(status),
+        headers=headers,
+        request=request,
+    )
 
 
-def handle_too_deep(_: Request[Any, Any, Any], exc: RecursionError) -> Response[ErrorResponse]:
+def handle_too_deep(request: Request[Any, Any, Any], exc: RecursionError) -> Response[Any]:
     # The JSON decoder bounds its own recursion and raises this: the body nests too deeply.
-    return envelope(400, "The JSON body is nested too deeply.", code="json_too_deep")
+    return envelope(
+        400, "The JSON body is nested too deeply.", code="json_too_deep", request=request
+    )
 
 
-def handle_unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[ErrorResponse]:
+def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     log.exception("unexpected error", exc_info=exc)
-    return envelope(500, "The server had an error while processing your request.")
+    return envelope(500, "The server had an error while processing your request.", request=request)
 
 
 EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
@@ -137,4 +182,10 @@ ERROR_RESPONSES: dict[int, ResponseSpec] = {
         503: "Waited too long for the inference slot, or the memory budget is too small",
         504: "An upstream server did not answer in time",
     }.items()
+}
+
+
+ANTHROPIC_ERROR_RESPONSES: dict[int, ResponseSpec] = {
+    status: ResponseSpec(AnthropicError, description=spec.description)
+    for status, spec in ERROR_RESPONSES.items()
 }

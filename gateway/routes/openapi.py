@@ -9,12 +9,19 @@ response's own schema.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from litestar import Litestar
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, Operation
 from pydantic import BaseModel
 
+from gateway.protocol.anthropic import (
+    CountTokensRequest,
+    Message,
+    MessagesRequest,
+    StreamEvent,
+)
+from gateway.protocol.completions import Completion, CompletionRequest
 from gateway.protocol.openai import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 from gateway.protocol.tasks import TaskDelta, TaskResult, TaskResultEvent, TaskRunRequest
 from gateway.protocol.typing import TypingHintRequest
@@ -23,6 +30,9 @@ REF = "#/components/schemas/{model}"
 # Requests are described as they are validated; the rest as they are serialized.
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     ChatCompletionRequest,
+    CompletionRequest,
+    MessagesRequest,
+    CountTokensRequest,
     TaskRunRequest,
     TypingHintRequest,
 )
@@ -31,6 +41,17 @@ STREAMS = {
         ChatCompletion,
         "With `stream: true`: Server-Sent Events, each `data:` a ChatCompletionChunk, ending "
         "with `data: [DONE]` (or, after a failure, an error envelope).",
+    ),
+    ("/v1/completions", "post"): (
+        Completion,
+        "With `stream: true`: Server-Sent Events, each `data:` a text_completion chunk, "
+        "ending with `data: [DONE]` (or, after a failure, an error envelope).",
+    ),
+    ("/v1/messages", "post"): (
+        Message,
+        "With `stream: true`: Server-Sent Events named after their `type` (StreamEvent): "
+        "message_start, content_block_start, ping, content_block_delta, content_block_stop, "
+        "message_delta, message_stop; or an `error` event after a failure.",
     ),
     ("/v1/tasks/{task_type}", "post"): (
         TaskResult,
@@ -41,6 +62,9 @@ STREAMS = {
 EXTRA_MODELS: tuple[type[BaseModel], ...] = (
     ChatCompletion,
     ChatCompletionChunk,
+    Completion,
+    Message,
+    *get_args(StreamEvent),
     TaskResult,
     TaskDelta,
     TaskResultEvent,
@@ -88,9 +112,9 @@ def _mode(model: type[BaseModel]) -> str:
 
 
 def _protocol_model(name: str) -> type[BaseModel] | None:
-    from gateway.protocol import openai, tasks, typing
+    from gateway.protocol import anthropic, completions, openai, tasks, typing
 
-    for module in (openai, tasks, typing):
+    for module in (openai, completions, anthropic, tasks, typing):
         candidate = getattr(module, name, None)
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
             return candidate

@@ -1,21 +1,22 @@
 """Server-Sent Events responses (sse-starlette: keep-alive pings, disconnect detection).
 
-Every stream ends the same way: ``data: [DONE]`` after the last model, or, when something
-fails after the 200 was sent, an error envelope as the last event.
+OpenAI's streams end with ``data: [DONE]`` after the last model, or, when something fails
+after the 200 was sent, an error envelope as the last event. Anthropic's streams name each
+event after its ``type`` and have no ``[DONE]``; a failure is an ``error`` event.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Literal
 
 from litestar import Response
 from pydantic import BaseModel
 from sse_starlette import EventSourceResponse
 
 from gateway.errors import GatewayError, ShuttingDownError
-from gateway.routes.errors import gateway_error_body
+from gateway.routes.errors import anthropic_error_body, gateway_error_body
 
 SSE_PING_SECONDS = 10
 
@@ -23,9 +24,14 @@ SSE_PING_SECONDS = 10
 class ServerSentEvents(Response[Any]):
     """Hands an sse-starlette stream to Litestar as this handler's response."""
 
-    def __init__(self, models: AsyncGenerator[BaseModel, None]) -> None:
+    def __init__(
+        self,
+        models: AsyncGenerator[BaseModel, None],
+        dialect: Literal["openai", "anthropic"] = "openai",
+    ) -> None:
         super().__init__(content=None, media_type="text/event-stream")
-        self.stream = EventSourceResponse(_events(models), ping=SSE_PING_SECONDS)
+        events = _events(models) if dialect == "openai" else _anthropic_events(models)
+        self.stream = EventSourceResponse(events, ping=SSE_PING_SECONDS)
 
     def to_asgi_response(self, *args: Any, **kwargs: Any) -> Any:
         return self.stream
@@ -42,3 +48,18 @@ async def _events(models: AsyncGenerator[BaseModel, None]) -> AsyncIterator[dict
             return
         # Stopped by a shutdown: the stream itself is complete, and says so.
     yield {"data": "[DONE]"}
+
+
+async def _anthropic_events(
+    models: AsyncGenerator[BaseModel, None],
+) -> AsyncIterator[dict[str, str]]:
+    try:
+        async with aclosing(models) as stream:
+            async for model in stream:
+                yield {
+                    "event": str(getattr(model, "type", "message")),
+                    "data": model.model_dump_json(),
+                }
+    except GatewayError as exc:
+        body = anthropic_error_body(exc.status_code, exc.message)
+        yield {"event": "error", "data": body.model_dump_json()}

@@ -1,17 +1,20 @@
-"""Chat completions: from a validated request to a tier's backend, and back to OpenAI shapes.
+"""Chats, whatever their wire format: from a prepared request to a tier's backend, and back.
 
-Nothing here knows HTTP or MLX: routes call ``prepare`` and then ``start`` and ``complete`` or
-``stream``; the backend behind the tier is reached only through the request-level seam.
+One service underneath every wire format (OpenAI chat completions and legacy completions,
+Anthropic messages, task types): it renders the conversation (with any tools), checks it
+against the context and the gateway's caps, runs it on the tier's backend through the
+request-level seam, and turns the backend's tokens into reply pieces (text, tool calls) with
+their log-probabilities. The formats on top are ``openai_chat``, ``completions`` and
+``anthropic``. Nothing here knows HTTP or MLX.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gateway.engines.backend import (
     BackendEvent,
@@ -22,29 +25,25 @@ from gateway.engines.backend import (
     Prompt,
     SamplingParams,
     Started,
+    TextPrompt,
+    TokenChoice,
     TokenEvent,
+    ToolSpec,
 )
 from gateway.engines.grammar import GrammarError, grammar_text
+from gateway.engines.tool_format import ToolChoice, tool_call_grammar
 from gateway.errors import ContextLengthExceededError, InvalidRequestError, ShuttingDownError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import (
-    AssistantMessage,
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionRequest,
-    Choice,
-    ChoiceDelta,
-    ChunkChoice,
     PromptTokensDetails,
     Usage,
     completion_id,
     now,
 )
 from gateway.scheduler.jobs import Priority
-from gateway.serving.messages import template_messages
 from gateway.serving.tiers import Tier, TierRegistry
+from gateway.serving.tool_calls import ReplyPiece, TextPiece, ToolCall, ToolCallParser
 from gateway.serving.typing import TypingService
-from gateway.tasks.definitions import for_grammar, strict_objects
 
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default
 # After the grace period, how long stopped chats get to send their last events.
@@ -64,10 +63,41 @@ class SamplingRequest:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[int, float] = field(default_factory=dict)
+    top_k: int = 0
     grammar: Grammar | None = None
     grammar_param: str = "response_format"  # named when the grammar is refused
+    logprobs: int | None = None  # alternatives per token (0-20); None: no log-probabilities
     # A task's own max_tokens is shortened to the gateway's cap; a client's is refused above it.
     clamp_to_cap: bool = False
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """Functions offered to the model and how it may call them."""
+
+    tools: tuple[ToolSpec, ...]
+    choice: ToolChoice
+    param: str = "tools"  # named when they are refused
+    id_prefix: str = "call_"  # of the calls' ids (Anthropic's are "toolu_...")
+
+
+@dataclass(frozen=True)
+class ReplyStep:
+    """What one token added to the reply: pieces of text or calls, and its log-probabilities."""
+
+    pieces: list[ReplyPiece]
+    logprobs: tuple[TokenChoice, ...] = ()
+
+
+@dataclass
+class ChatResult:
+    """A whole reply: its text, its calls, and why it ended."""
+
+    text: str
+    calls: list[ToolCall]
+    logprobs: list[TokenChoice]
+    finish_reason: str  # "stop" | "length" | "tool_calls"
+    stop_sequence: str | None
 
 
 @dataclass
@@ -83,6 +113,8 @@ class PreparedChat:
     model_name: str  # as the client named it, echoed in responses
     session: str | None = None
     include_usage: bool = False
+    tool_use: ToolUse | None = None
+    text_prompt: TextPrompt | None = None  # a legacy completion's raw prompt
     id: str = field(default_factory=completion_id)
     created: int = field(default_factory=now)
 
@@ -94,6 +126,8 @@ class PreparedChat:
             priority=self.priority,
             session=self.session,
             prompt=self.prompt,
+            tools=self.tool_use.tools if self.tool_use else (),
+            text_prompt=self.text_prompt,
         )
 
 
@@ -104,6 +138,7 @@ class ChatRun:
     chat: PreparedChat
     backend_events: AsyncGenerator[BackendEvent, None]  # read once
     started: Started
+    parser: ToolCallParser | None = None  # set when the model may call tools
     completion_tokens: int = 0
     finished: Finished | None = None
     # Set when the server's shutdown grace ran out while this chat was still generating.
@@ -124,7 +159,14 @@ class ChatRun:
 
     @property
     def finish_reason(self) -> str:
+        called = self.parser is not None and any(call.complete for call in self.parser.calls)
+        if called and (self.finished is None or self.finished.reason == "stop"):
+            return "tool_calls"
         return self.finished.reason if self.finished is not None else "stop"
+
+    @property
+    def stop_sequence(self) -> str | None:
+        return self.finished.stop_sequence if self.finished is not None else None
 
     def usage(self) -> Usage:
         prompt = self.prompt_tokens
@@ -153,24 +195,6 @@ class ChatService:
         self.closing = False  # shutting down: no new chats
         self.active: dict[str, ChatRun] = {}
 
-    async def prepare(
-        self, request: ChatCompletionRequest, priority_header: str | None = None
-    ) -> PreparedChat:
-        arrived = time.perf_counter()
-        tier = self.registry.resolve(request.model)
-        priority = Priority.parse(priority_header or request.priority, Priority.USER)
-        options = request.stream_options
-        return await self.prepare_messages(
-            tier,
-            template_messages(request.messages),
-            sampling_request(request),
-            priority,
-            model_name=request.model,
-            session=request.session,
-            include_usage=bool(options and options.include_usage),
-            arrived=arrived,
-        )
-
     async def prepare_messages(
         self,
         tier: Tier,
@@ -182,32 +206,72 @@ class ChatService:
         session: str | None = None,
         include_usage: bool = False,
         arrived: float | None = None,
+        tool_use: ToolUse | None = None,
+        text_prompt: TextPrompt | None = None,
     ) -> PreparedChat:
-        """Render ``messages`` for ``tier`` and check them; the common path of chats and tasks."""
+        """Render ``messages`` (or a raw ``text_prompt``) for ``tier`` and check them; the
+        common path of every wire format and of tasks."""
         arrived = time.perf_counter() if arrived is None else arrived
+        capabilities = tier.backend.capabilities
+        if tool_use is not None and tool_use.choice.mode != "none":
+            sampling = self._with_tool_grammar(tier, sampling, tool_use)
         if sampling.grammar is not None:
-            self._check_grammar(tier, sampling)
-        prompt = await tier.backend.render(messages)
+            self._check_grammar(tier, sampling.grammar, sampling.grammar_param)
+        if sampling.logprobs is not None and not capabilities.logprobs:
+            raise InvalidRequestError(
+                f"tier {tier.name!r} ({tier.backend.kind} backend) cannot report "
+                "log-probabilities; use a local tier",
+                param="logprobs",
+            )
+        if text_prompt is not None:
+            if not capabilities.text_prompts:
+                raise InvalidRequestError(
+                    f"tier {tier.name!r} takes no raw text prompts", param="prompt"
+                )
+            prompt = await tier.backend.render_text(text_prompt)
+        else:
+            tools = tool_use.tools if tool_use is not None else ()
+            prompt = await tier.backend.render(messages, tools)
         params = self._sampling_params(sampling, tier, prompt)
         return PreparedChat(
-            tier, messages, prompt, params, priority, arrived, model_name, session, include_usage
+            tier,
+            messages,
+            prompt,
+            params,
+            priority,
+            arrived,
+            model_name,
+            session,
+            include_usage,
+            tool_use=tool_use,
+            text_prompt=text_prompt,
         )
 
     @staticmethod
-    def _check_grammar(tier: Tier, sampling: SamplingRequest) -> None:
-        assert sampling.grammar is not None
+    def _with_tool_grammar(tier: Tier, sampling: SamplingRequest, use: ToolUse) -> SamplingRequest:
+        """The sampling with the grammar that makes calls valid (an answer format, if the
+        request has one, is what a reply without calls must match)."""
+        if not tier.backend.capabilities.structured_output:
+            raise InvalidRequestError(
+                f"tier {tier.name!r} ({tier.backend.kind} backend) cannot constrain its output, "
+                "which tool calls need; use a local tier",
+                param=use.param,
+            )
+        grammar = tool_call_grammar(use.tools, use.choice, sampling.grammar)
+        return replace(sampling, grammar=grammar, grammar_param=use.param)
+
+    @staticmethod
+    def _check_grammar(tier: Tier, grammar: Grammar, param: str) -> None:
         if not tier.backend.capabilities.structured_output:
             raise InvalidRequestError(
                 f"tier {tier.name!r} ({tier.backend.kind} backend) cannot constrain its output; "
                 "use a local tier for structured output",
-                param=sampling.grammar_param,
+                param=param,
             )
         try:
-            grammar_text(sampling.grammar)
+            grammar_text(grammar)
         except GrammarError as exc:
-            raise InvalidRequestError(
-                f"unsupported schema or grammar: {exc}", param=sampling.grammar_param
-            ) from exc
+            raise InvalidRequestError(f"unsupported schema or grammar: {exc}", param=param) from exc
 
     def _sampling_params(
         self, sampling: SamplingRequest, tier: Tier, prompt: Prompt
@@ -254,7 +318,9 @@ class ChatService:
             presence_penalty=sampling.presence_penalty,
             frequency_penalty=sampling.frequency_penalty,
             logit_bias=sampling.logit_bias,
+            top_k=sampling.top_k,
             grammar=sampling.grammar,
+            logprobs=sampling.logprobs,
         )
 
     # -- running -------------------------------------------------------------------------------
@@ -276,6 +342,8 @@ class ChatService:
             await events.aclose()
             raise RuntimeError(f"backend {backend.kind} began with {first!r}, not Started")
         run = ChatRun(chat, events, first)
+        if chat.tool_use is not None and chat.tool_use.choice.mode != "none":
+            run.parser = ToolCallParser(chat.tool_use.id_prefix)
         self.active[chat.id] = run
         return run
 
@@ -360,79 +428,27 @@ class ChatService:
                     (run.completion_tokens - 1) / elapsed
                 )
 
-    async def complete(self, run: ChatRun) -> ChatCompletion:
+    async def replies(self, run: ChatRun) -> AsyncGenerator[ReplyStep, None]:
+        """The reply as it grows: text and tool-call pieces, with log-probabilities."""
+        parser = run.parser
         async with aclosing(self.events(run)) as events:
-            parts = [event.text async for event in events]
-        return ChatCompletion(
-            id=run.chat.id,
-            created=run.chat.created,
-            model=run.chat.model_name,
-            choices=[
-                Choice(
-                    message=AssistantMessage(content="".join(parts)),
-                    finish_reason=run.finish_reason,  # type: ignore[arg-type]
-                )
-            ],
-            usage=run.usage(),
-        )
+            async for event in events:
+                pieces = parser.feed(event.text) if parser else [TextPiece(event.text)]
+                pieces = [p for p in pieces if not isinstance(p, TextPiece) or p.text]
+                if pieces or event.logprobs:
+                    yield ReplyStep(pieces, event.logprobs)
+        if parser is not None:
+            rest = parser.finish()
+            if rest:
+                yield ReplyStep(rest)
 
-    async def stream(self, run: ChatRun) -> AsyncGenerator[ChatCompletionChunk, None]:
-        chat = run.chat
-
-        def chunk(delta: ChoiceDelta, finish: str | None = None) -> ChatCompletionChunk:
-            return ChatCompletionChunk(
-                id=chat.id,
-                created=chat.created,
-                model=chat.model_name,
-                choices=[ChunkChoice(delta=delta, finish_reason=finish)],  # type: ignore[arg-type]
-            )
-
-        yield chunk(ChoiceDelta(role="assistant", content=""))
-        try:
-            # aclosing: a consumer that stops early closes the backend's stream now, not at GC.
-            async with aclosing(self.events(run)) as events:
-                async for event in events:
-                    if event.text:
-                        yield chunk(ChoiceDelta(content=event.text))
-        except ShuttingDownError:
-            # A proper end for the client's stream: a finish reason, then the error event.
-            yield chunk(ChoiceDelta(), "length")
-            raise
-        yield chunk(ChoiceDelta(), run.finish_reason)
-        if chat.include_usage:
-            yield ChatCompletionChunk(
-                id=chat.id,
-                created=chat.created,
-                model=chat.model_name,
-                choices=[],
-                usage=run.usage(),
-            )
-
-
-def sampling_request(request: ChatCompletionRequest) -> SamplingRequest:
-    """The sampling a chat completion request asks for, in the gateway's own terms."""
-    requested = request.requested_max_tokens()
-    return SamplingRequest(
-        max_tokens=requested,
-        max_tokens_param="max_completion_tokens" if request.max_completion_tokens else "max_tokens",
-        temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
-        top_p=1.0 if request.top_p is None else request.top_p,
-        seed=request.seed,
-        stop=tuple(request.stop_list()),
-        presence_penalty=request.presence_penalty or 0.0,
-        frequency_penalty=request.frequency_penalty or 0.0,
-        logit_bias={int(k): v for k, v in (request.logit_bias or {}).items()},
-        grammar=response_format_grammar(request),
-    )
-
-
-def response_format_grammar(request: ChatCompletionRequest) -> Grammar | None:
-    """``response_format`` as a grammar: json_schema (strict or not) or any JSON object."""
-    fmt = request.response_format
-    if fmt is None or fmt.type == "text":
-        return None
-    if fmt.type == "json_object":
-        return Grammar("json_schema", json.dumps(for_grammar({"type": "object"})))
-    assert fmt.json_schema is not None
-    schema = fmt.json_schema.schema_ if fmt.json_schema.schema_ is not None else {}
-    return Grammar("json_schema", json.dumps(for_grammar(strict_objects(schema))))
+    async def collect(self, run: ChatRun) -> ChatResult:
+        """The whole reply, once it has ended."""
+        text: list[str] = []
+        logprobs: list[TokenChoice] = []
+        async with aclosing(self.replies(run)) as steps:
+            async for step in steps:
+                text.extend(p.text for p in step.pieces if isinstance(p, TextPiece))
+                logprobs.extend(step.logprobs)
+        calls = run.parser.calls if run.parser else []
+        return ChatResult("".join(text), calls, logprobs, run.finish_reason, run.stop_sequence)

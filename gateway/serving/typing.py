@@ -36,7 +36,7 @@ from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import shorten
 from gateway.protocol.typing import TypingHint, TypingHintRequest
-from gateway.serving.messages import template_messages
+from gateway.serving.messages import template_messages, tool_specs
 from gateway.serving.tiers import Tier, TierRegistry
 
 if TYPE_CHECKING:  # tasks run through the chat service, which joins hints: no import cycle
@@ -131,7 +131,9 @@ class TypingService:
                 param="model",
             )
         backend: Any = tier.backend  # a Warmable: its capabilities say so
-        tokens = await backend.render_fixed_prefix(messages, request.draft)
+        tokens = await backend.render_fixed_prefix(
+            messages, request.draft, tool_specs(request.tools)
+        )
         context = tier.backend.context_length
         if context is not None and len(tokens) >= context:
             raise InvalidRequestError(

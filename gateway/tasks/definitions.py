@@ -37,6 +37,8 @@ from jinja2 import StrictUndefined, TemplateSyntaxError
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.engines.grammar import strict_objects
+
 # The project's own task types: the top-level prompts/ folder beside the package.
 BUILTIN_PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
 DEFAULT_THINKING_CHARS = 600
@@ -149,44 +151,6 @@ class TaskType:
         return {"id": self.id, **self.spec.model_dump(mode="json", by_alias=True)}
 
 
-# JSON's exactly representable integers (JavaScript's safe range): the default bounds of an
-# integer the schema leaves unbounded, so its digits are bounded too (a small model otherwise
-# can write "1111..." until max_tokens, which the grammar would allow).
-SAFE_INTEGER = 2**53 - 1
-_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-
-
-def _strict_objects(schema: Any) -> Any:
-    """``additionalProperties: false`` on every object that does not say otherwise, and
-    JSON-safe bounds on integers that have none.
-
-    Small models keep inventing keys until ``max_tokens`` without the first (OpenAI's strict
-    mode sets it too), and digits without the second.
-    """
-    if isinstance(schema, dict):
-        out = {k: _strict_objects(v) for k, v in schema.items()}
-        if out.get("type") == "object" or "properties" in out:
-            out.setdefault("additionalProperties", False)
-        if out.get("type") == "integer" and not any(b in out for b in _BOUNDS):
-            out.update(minimum=-SAFE_INTEGER, maximum=SAFE_INTEGER)
-        return out
-    if isinstance(schema, list):
-        return [_strict_objects(item) for item in schema]
-    return schema
-
-
-strict_objects = _strict_objects
-
-# Compact JSON with readable separators: with free whitespace a small model can pad an object
-# with newlines until max_tokens. A schema's own "x-guidance" still wins.
-COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-
-
-def for_grammar(schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema as the grammar compiler gets it: compact JSON unless the schema says."""
-    return schema if "x-guidance" in schema else {**schema, "x-guidance": COMPACT_JSON}
-
-
 def load_task(path: Path) -> TaskType:
     task_id = path.stem
     try:
@@ -205,7 +169,7 @@ def load_task(path: Path) -> TaskType:
     ) as exc:
         raise TaskDefinitionError(f"{path}: {exc}") from exc
     schema = json.loads(spec.output.schema_) if spec.output.schema_ else None
-    return TaskType(task_id, spec, path, _strict_objects(schema) if schema else None)
+    return TaskType(task_id, spec, path, strict_objects(schema) if schema else None)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway.engines.backend import Grammar
-from gateway.tasks.definitions import TaskType, for_grammar
+from gateway.engines.grammar import for_grammar
+from gateway.tasks.definitions import TaskType
 
 Channel = Literal["thinking", "output"]
 

@@ -21,6 +21,7 @@ from gateway.engines.backend import (
     PrefillProgress,
     Prompt,
     Started,
+    TextPrompt,
     TokenEvent,
 )
 
@@ -82,8 +83,11 @@ class FakeBackend:
         self.release_tokens = asyncio.Event()
         self.release_tokens.set()
 
-    async def render(self, messages: Sequence[ChatMessage]) -> Prompt:
+    async def render(self, messages: Sequence[ChatMessage], tools: Sequence[object] = ()) -> Prompt:
         return Prompt(tokens_of(messages))
+
+    async def render_text(self, prompt: TextPrompt) -> Prompt:
+        return Prompt(tuple(ord(c) % 256 for c in prompt.text))
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
         self.requests.append(request)
@@ -113,7 +117,7 @@ class FakeBackend:
     # -- Warmable ------------------------------------------------------------------------
 
     async def render_fixed_prefix(
-        self, messages: Sequence[ChatMessage], draft: str | None
+        self, messages: Sequence[ChatMessage], draft: str | None, tools: Sequence[object] = ()
     ) -> tuple[int, ...]:
         return tokens_of(messages)
 

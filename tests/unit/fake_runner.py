@@ -47,6 +47,9 @@ class FakeRunner:
     def render_chat(self, messages: Sequence[dict[str, Any]], **_: Any) -> list[int]:
         return [ord(c) % 256 for m in messages for c in str(m["content"])] or [0]
 
+    def render_text(self, text: str) -> list[int]:
+        return [ord(c) % 256 for c in text] or [0]
+
     def new_cache(self) -> list[Any]:
         return []
 

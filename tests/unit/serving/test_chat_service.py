@@ -8,12 +8,13 @@ from gateway.errors import ContextLengthExceededError, QueueFullError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import ChatCompletionRequest
 from gateway.serving.chat import ChatService
+from gateway.serving.openai_chat import OpenAIChat
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.serving.typing import TypingService
 from tests.unit.fake_backend import ANSWER, FakeBackend
 
 
-def make(backend: FakeBackend | None = None) -> tuple[ChatService, FakeBackend, GatewayMetrics]:
+def make(backend: FakeBackend | None = None) -> tuple[OpenAIChat, FakeBackend, GatewayMetrics]:
     backend = backend or FakeBackend()
     registry = TierRegistry(
         {"fast": Tier("fast", backend, 0)},  # type: ignore[arg-type]
@@ -21,7 +22,8 @@ def make(backend: FakeBackend | None = None) -> tuple[ChatService, FakeBackend, 
         "fast",
     )
     metrics = GatewayMetrics()
-    return ChatService(registry, metrics, TypingService(registry, metrics, 60)), backend, metrics
+    service = ChatService(registry, metrics, TypingService(registry, metrics, 60))
+    return OpenAIChat(service), backend, metrics
 
 
 def request(**fields: object) -> ChatCompletionRequest:
@@ -90,7 +92,7 @@ async def test_a_remote_backend_renders_itself_and_gets_no_local_limit() -> None
     backend.kind = "openai"
     backend.context_length = None
 
-    async def remote_render(messages: object) -> object:
+    async def remote_render(messages: object, tools: object = ()) -> object:
         from gateway.engines.backend import Prompt
 
         return Prompt()

@@ -1,0 +1,284 @@
+"""Pydantic models of Anthropic's Messages API (``POST /v1/messages``), named after its spec.
+
+Only what the gateway speaks is modelled: text, tool_use and tool_result blocks (images and
+documents are refused with a clear error). This module imports only pydantic.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gateway.protocol.openai import (
+    FUNCTION_NAME,
+    MAX_SCHEMA_DEPTH,
+    MAX_STOP_SEQUENCES,
+    MAX_TOOLS,
+    StrictModel,
+    json_depth,
+    shorten,
+)
+
+
+class TextBlock(StrictModel):
+    model_config = ConfigDict(strict=True, extra="ignore")  # e.g. cache_control, citations
+
+    type: Literal["text"]
+    text: str
+
+
+class ToolUseBlock(StrictModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultBlock(StrictModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str | list[TextBlock] | None = None
+    is_error: bool | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(block.text for block in self.content)
+
+
+ContentBlock = Annotated[TextBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")]
+
+
+SUPPORTED_BLOCKS = ("text", "tool_use", "tool_result")
+
+
+class MessageParam(StrictModel):
+    role: Literal["user", "assistant"]
+    content: str | list[ContentBlock]
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _known_blocks(cls, value: Any) -> Any:
+        # Named plainly, rather than as a failed match against every block type.
+        for block in value if isinstance(value, list) else ():
+            kind = block.get("type") if isinstance(block, dict) else None
+            if isinstance(kind, str) and kind not in SUPPORTED_BLOCKS:
+                raise ValueError(
+                    f"content blocks of type {shorten(kind)!r} are not supported (only "
+                    f"{', '.join(SUPPORTED_BLOCKS)})"
+                )
+        return value
+
+
+class Tool(StrictModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    input_schema: dict[str, Any] = Field(description="A JSON Schema of the input (an object).")
+
+
+class ToolChoice(StrictModel):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class Metadata(StrictModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    user_id: str | None = None
+
+
+class MessagesRequest(StrictModel):
+    """``POST /v1/messages``. Unknown fields are ignored, as SDKs add new ones."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    model: str = Field(min_length=1)
+    max_tokens: int = Field(ge=1)
+    messages: list[MessageParam] = Field(min_length=1)
+    system: str | list[TextBlock] | None = None
+    stop_sequences: Annotated[list[str], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
+    temperature: float | None = Field(None, ge=0.0, le=1.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    metadata: Metadata | None = None
+    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: ToolChoice | None = None
+    stream: bool = False
+    priority: Literal["user", "task", "background"] | None = Field(
+        None, description="(gateway extension) Scheduling class."
+    )
+
+    @model_validator(mode="after")
+    def _check_tools(self) -> MessagesRequest:
+        names = [tool.name for tool in self.tools or ()]
+        if len(set(names)) != len(names):
+            raise ValueError("tools: tool names must be unique")
+        for tool in self.tools or ():
+            if json_depth(tool.input_schema, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+                raise ValueError(
+                    f"tool {tool.name}: the schema nests deeper than {MAX_SCHEMA_DEPTH}"
+                )
+        choice = self.tool_choice
+        if choice is not None and choice.type == "tool":
+            if not choice.name:
+                raise ValueError("tool_choice of type tool needs a name")
+            if choice.name not in names:
+                raise ValueError(f"tool_choice names an unknown tool {shorten(choice.name)!r}")
+        return self
+
+    def system_text(self) -> str | None:
+        if self.system is None:
+            return None
+        if isinstance(self.system, str):
+            return self.system
+        return "\n\n".join(block.text for block in self.system)
+
+
+class CountTokensRequest(StrictModel):
+    """``POST /v1/messages/count_tokens``."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    model: str = Field(min_length=1)
+    messages: list[MessageParam] = Field(min_length=1)
+    system: str | list[TextBlock] | None = None
+    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
+
+    def system_text(self) -> str | None:
+        return MessagesRequest.system_text(self)  # type: ignore[arg-type]
+
+
+class CountTokensResponse(BaseModel):
+    input_tokens: int
+
+
+def message_id() -> str:
+    return f"msg_{uuid.uuid4().hex[:24]}"
+
+
+# -- responses ---------------------------------------------------------------------------------
+
+
+class ResponseTextBlock(BaseModel):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ResponseToolUseBlock(BaseModel):
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
+
+
+class AnthropicUsage(BaseModel):
+    input_tokens: int = Field(description="Input tokens computed (not read from the cache).")
+    output_tokens: int
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+
+class Message(BaseModel):
+    id: str
+    type: Literal["message"] = "message"
+    role: Literal["assistant"] = "assistant"
+    model: str
+    content: list[ResponseTextBlock | ResponseToolUseBlock]
+    stop_reason: StopReason | None
+    stop_sequence: str | None = None
+    usage: AnthropicUsage
+
+
+# -- stream events -----------------------------------------------------------------------------
+
+
+class MessageStartEvent(BaseModel):
+    type: Literal["message_start"] = "message_start"
+    message: Message
+
+
+class ContentBlockStartEvent(BaseModel):
+    type: Literal["content_block_start"] = "content_block_start"
+    index: int
+    content_block: ResponseTextBlock | ResponseToolUseBlock
+
+
+class PingEvent(BaseModel):
+    type: Literal["ping"] = "ping"
+
+
+class TextDelta(BaseModel):
+    type: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class InputJSONDelta(BaseModel):
+    type: Literal["input_json_delta"] = "input_json_delta"
+    partial_json: str
+
+
+class ContentBlockDeltaEvent(BaseModel):
+    type: Literal["content_block_delta"] = "content_block_delta"
+    index: int
+    delta: TextDelta | InputJSONDelta
+
+
+class ContentBlockStopEvent(BaseModel):
+    type: Literal["content_block_stop"] = "content_block_stop"
+    index: int
+
+
+class MessageDelta(BaseModel):
+    stop_reason: StopReason | None
+    stop_sequence: str | None = None
+
+
+class MessageDeltaUsage(BaseModel):
+    output_tokens: int
+
+
+class MessageDeltaEvent(BaseModel):
+    type: Literal["message_delta"] = "message_delta"
+    delta: MessageDelta
+    usage: MessageDeltaUsage
+
+
+class MessageStopEvent(BaseModel):
+    type: Literal["message_stop"] = "message_stop"
+
+
+StreamEvent = (
+    MessageStartEvent
+    | ContentBlockStartEvent
+    | PingEvent
+    | ContentBlockDeltaEvent
+    | ContentBlockStopEvent
+    | MessageDeltaEvent
+    | MessageStopEvent
+)
+
+
+class AnthropicErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class AnthropicError(BaseModel):
+    """Anthropic's error shape, for every error on ``/v1/messages``."""
+
+    type: Literal["error"] = "error"
+    error: AnthropicErrorDetail

@@ -1,0 +1,67 @@
+"""``POST /v1/messages`` and ``/v1/messages/count_tokens``: Anthropic's Messages API.
+
+Errors on these paths come in Anthropic's shape (``gateway.routes.errors``); streams are
+Anthropic's named events, without OpenAI's ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Request, Response, post
+from litestar.di import NamedDependency
+from litestar.params import JSONBody
+
+from gateway.protocol.anthropic import CountTokensRequest, CountTokensResponse, MessagesRequest
+from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
+from gateway.routes.errors import ANTHROPIC_ERROR_RESPONSES
+from gateway.routes.sse import ServerSentEvents
+from gateway.serving.anthropic import AnthropicMessages
+
+
+class MessagesController(Controller):
+    path = "/v1/messages"
+    tags = ["Anthropic"]
+
+    @post(
+        "",
+        summary="Create a message (Anthropic Messages API)",
+        description=(
+            "Anthropic's Messages API on the same service as chat completions. With "
+            "`stream: true`: Server-Sent Events message_start, content_block_start, ping, "
+            "content_block_delta (text_delta, input_json_delta), content_block_stop, "
+            "message_delta, message_stop; a failure after the start is an `error` event. "
+            "Authenticate with `x-api-key` or a bearer token."
+        ),
+        status_code=200,
+        responses=ANTHROPIC_ERROR_RESPONSES,
+    )
+    async def create(
+        self,
+        request: Request[Any, Any, Any],
+        data: JSONBody[MessagesRequest],
+        anthropic: NamedDependency[AnthropicMessages],
+    ) -> Response[Any]:
+        prepared = await anthropic.prepare(data)
+        try:
+            run = await unless_disconnected(request, anthropic.start(prepared))
+            if data.stream:
+                return ServerSentEvents(anthropic.stream(run), dialect="anthropic")
+            message = await unless_disconnected(request, anthropic.complete(run))
+        except ClientDisconnected:
+            return Response(content=None, status_code=499)
+        return Response(message)
+
+    @post(
+        "/count_tokens",
+        summary="Count the tokens of a message (Anthropic Messages API)",
+        description="The prompt's tokens as the tier's model renders it (local tiers).",
+        status_code=200,
+        responses=ANTHROPIC_ERROR_RESPONSES,
+    )
+    async def count_tokens(
+        self,
+        data: JSONBody[CountTokensRequest],
+        anthropic: NamedDependency[AnthropicMessages],
+    ) -> CountTokensResponse:
+        return CountTokensResponse(input_tokens=await anthropic.count_tokens(data))

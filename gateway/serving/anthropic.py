@@ -1,0 +1,269 @@
+"""Anthropic's Messages API on top of the chat service: the same scheduler, priorities, typing
+hints, prefix cache and metrics as chat completions, in Anthropic's shapes.
+
+Content blocks map onto the chat service's conversation: ``system`` is the system message,
+``tool_use`` blocks are an assistant's tool calls, ``tool_result`` blocks are tool messages.
+Usage follows Anthropic's meaning: ``input_tokens`` are the prompt tokens computed, and
+``cache_read_input_tokens`` those read from the prefix cache.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from typing import Any
+
+from pydantic import BaseModel
+
+from gateway.engines.backend import ChatMessage, ToolSpec
+from gateway.engines.tool_format import ToolChoice
+from gateway.errors import InvalidRequestError
+from gateway.protocol.anthropic import (
+    AnthropicUsage,
+    ContentBlockDeltaEvent,
+    ContentBlockStartEvent,
+    ContentBlockStopEvent,
+    CountTokensRequest,
+    InputJSONDelta,
+    Message,
+    MessageDelta,
+    MessageDeltaEvent,
+    MessageDeltaUsage,
+    MessageParam,
+    MessagesRequest,
+    MessageStartEvent,
+    MessageStopEvent,
+    PingEvent,
+    ResponseTextBlock,
+    ResponseToolUseBlock,
+    StopReason,
+    TextBlock,
+    TextDelta,
+    Tool,
+    ToolResultBlock,
+    ToolUseBlock,
+    message_id,
+)
+from gateway.scheduler.jobs import Priority
+from gateway.serving.chat import ChatRun, ChatService, PreparedChat, SamplingRequest, ToolUse
+from gateway.serving.tool_calls import CallArguments, CallStart, TextPiece
+
+DEFAULT_TEMPERATURE = 1.0  # Anthropic's default
+
+
+class AnthropicMessages:
+    """``POST /v1/messages`` and ``/v1/messages/count_tokens`` in the gateway's terms."""
+
+    def __init__(self, service: ChatService) -> None:
+        self.service = service
+
+    async def prepare(self, request: MessagesRequest) -> PreparedChat:
+        arrived = time.perf_counter()
+        tier = self.service.registry.resolve(request.model)
+        prepared = await self.service.prepare_messages(
+            tier,
+            conversation(request.system_text(), request.messages),
+            SamplingRequest(
+                max_tokens=request.max_tokens,
+                temperature=DEFAULT_TEMPERATURE
+                if request.temperature is None
+                else request.temperature,
+                top_p=1.0 if request.top_p is None else request.top_p,
+                top_k=request.top_k or 0,
+                stop=tuple(request.stop_sequences or ()),
+            ),
+            Priority.parse(request.priority, Priority.USER),
+            model_name=request.model,
+            arrived=arrived,
+            tool_use=tool_use(request),
+        )
+        prepared.id = message_id()
+        return prepared
+
+    async def count_tokens(self, request: CountTokensRequest) -> int:
+        tier = self.service.registry.resolve(request.model)
+        tools = tool_specs(request.tools)
+        prompt = await tier.backend.render(
+            conversation(request.system_text(), request.messages), tools
+        )
+        if prompt.tokens is None:
+            raise InvalidRequestError(
+                f"tier {tier.name!r} ({tier.backend.kind} backend) does not tokenize here; "
+                "count_tokens needs a local tier",
+                param="model",
+            )
+        return len(prompt.tokens)
+
+    async def start(self, chat: PreparedChat) -> ChatRun:
+        return await self.service.start(chat)
+
+    async def complete(self, run: ChatRun) -> Message:
+        result = await self.service.collect(run)
+        content: list[ResponseTextBlock | ResponseToolUseBlock] = []
+        if result.text:
+            content.append(ResponseTextBlock(text=result.text))
+        for call in result.calls:
+            if call.complete:
+                content.append(
+                    ResponseToolUseBlock(
+                        id=call.id, name=call.name, input=json.loads(call.arguments)
+                    )
+                )
+        return Message(
+            id=run.chat.id,
+            model=run.chat.model_name,
+            content=content,
+            stop_reason=stop_reason(run),
+            stop_sequence=_stop_sequence(run),
+            usage=_usage(run),
+        )
+
+    async def stream(self, run: ChatRun) -> AsyncGenerator[BaseModel, None]:
+        chat = run.chat
+        yield MessageStartEvent(
+            message=Message(
+                id=chat.id,
+                model=chat.model_name,
+                content=[],
+                stop_reason=None,
+                usage=AnthropicUsage(
+                    input_tokens=max(run.prompt_tokens - run.cached_tokens, 0),
+                    output_tokens=0,
+                    cache_read_input_tokens=run.cached_tokens,
+                ),
+            )
+        )
+        blocks = _Blocks()
+        async with aclosing(self.service.replies(run)) as steps:
+            async for step in steps:
+                for piece in step.pieces:
+                    if isinstance(piece, TextPiece):
+                        for event in blocks.open("text", ResponseTextBlock(text="")):
+                            yield event
+                        yield ContentBlockDeltaEvent(
+                            index=blocks.index, delta=TextDelta(text=piece.text)
+                        )
+                    elif isinstance(piece, CallStart):
+                        block = ResponseToolUseBlock(id=piece.id, name=piece.name, input={})
+                        for event in blocks.open("tool_use", block, new=True):
+                            yield event
+                    elif isinstance(piece, CallArguments):
+                        yield ContentBlockDeltaEvent(
+                            index=blocks.index, delta=InputJSONDelta(partial_json=piece.fragment)
+                        )
+        for event in blocks.close():
+            yield event
+        yield MessageDeltaEvent(
+            delta=MessageDelta(stop_reason=stop_reason(run), stop_sequence=_stop_sequence(run)),
+            usage=MessageDeltaUsage(output_tokens=run.completion_tokens),
+        )
+        yield MessageStopEvent()
+
+
+class _Blocks:
+    """The stream's content blocks: which one is open, and the events that open and close them."""
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.kind: str | None = None
+
+    def open(
+        self, kind: str, block: ResponseTextBlock | ResponseToolUseBlock, new: bool = False
+    ) -> list[BaseModel]:
+        if self.kind == kind and not new:
+            return []
+        events = self.close()
+        self.index += 1
+        self.kind = kind
+        events.append(ContentBlockStartEvent(index=self.index, content_block=block))
+        if self.index == 0:
+            events.append(PingEvent())  # where Anthropic's own streams send their first ping
+        return events
+
+    def close(self) -> list[BaseModel]:
+        if self.kind is None:
+            return []
+        self.kind = None
+        return [ContentBlockStopEvent(index=self.index)]
+
+
+def conversation(system: str | None, messages: Sequence[MessageParam]) -> tuple[ChatMessage, ...]:
+    """Anthropic's system and content blocks as template messages."""
+    out: list[ChatMessage] = []
+    if system:
+        out.append({"role": "system", "content": system})
+    for message in messages:
+        if isinstance(message.content, str):
+            out.append({"role": message.role, "content": message.content})
+            continue
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for block in message.content:
+            if isinstance(block, TextBlock):
+                texts.append(block.text)
+            elif isinstance(block, ToolUseBlock):
+                calls.append(
+                    {
+                        "id": block.id,
+                        "type": "function",
+                        "function": {"name": block.name, "arguments": block.input},
+                    }
+                )
+            elif isinstance(block, ToolResultBlock):
+                text = block.text()
+                if block.is_error:
+                    text = f"Error: {text}"
+                out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": text})
+        if texts or calls:
+            entry: ChatMessage = {"role": message.role, "content": "".join(texts)}
+            if calls:
+                entry["tool_calls"] = calls
+            out.append(entry)
+    return tuple(out)
+
+
+def tool_specs(tools: Sequence[Tool] | None) -> tuple[ToolSpec, ...]:
+    return tuple(ToolSpec(t.name, t.description, t.input_schema) for t in tools or ())
+
+
+def tool_use(request: MessagesRequest) -> ToolUse | None:
+    if not request.tools:
+        return None
+    choice = request.tool_choice
+    # Parallel calls only when asked for (disable_parallel_tool_use: false), as for OpenAI's
+    # parallel_tool_calls: small models given the choice repeat the same call.
+    parallel = choice is not None and choice.disable_parallel_tool_use is False
+    tools = tool_specs(request.tools)
+    if choice is None or choice.type == "auto":
+        return ToolUse(tools, ToolChoice("auto", parallel=parallel), id_prefix="toolu_")
+    if choice.type == "any":
+        return ToolUse(tools, ToolChoice("required", parallel=parallel), id_prefix="toolu_")
+    if choice.type == "tool":
+        named = ToolChoice("function", choice.name, parallel=False)
+        return ToolUse(tools, named, param="tool_choice", id_prefix="toolu_")
+    return ToolUse(tools, ToolChoice("none"), id_prefix="toolu_")
+
+
+def stop_reason(run: ChatRun) -> StopReason:
+    finish = run.finish_reason
+    if finish == "tool_calls":
+        return "tool_use"
+    if finish == "length":
+        return "max_tokens"
+    return "stop_sequence" if _stop_sequence(run) else "end_turn"
+
+
+def _stop_sequence(run: ChatRun) -> str | None:
+    """The client's stop sequence that ended the reply (a model's own turn marker is not)."""
+    matched = run.stop_sequence
+    return matched if matched is not None and matched in run.chat.params.stop else None
+
+
+def _usage(run: ChatRun) -> AnthropicUsage:
+    return AnthropicUsage(
+        input_tokens=max(run.prompt_tokens - run.cached_tokens, 0),
+        output_tokens=run.completion_tokens,
+        cache_read_input_tokens=run.cached_tokens,
+    )

@@ -1,0 +1,229 @@
+"""OpenAI's chat completions on top of the chat service: requests in, OpenAI shapes out.
+
+Tool calls come out as ``message.tool_calls`` (``finish_reason: "tool_calls"``) or, streamed,
+as ``delta.tool_calls`` chunks: the first of a call carries its index, id and name, the
+following ones fragments of its arguments, as the ``openai`` SDK's stream helpers accumulate
+them. Log-probabilities are OpenAI's ``logprobs.content`` entries, streamed with the text
+they belong to.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+
+from gateway.engines.backend import Grammar, TokenChoice
+from gateway.engines.grammar import for_grammar, strict_objects
+from gateway.engines.tool_format import ToolChoice
+from gateway.errors import ShuttingDownError
+from gateway.protocol.openai import (
+    AssistantMessage,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Choice,
+    ChoiceDelta,
+    ChoiceDeltaFunction,
+    ChoiceDeltaToolCall,
+    ChoiceLogprobs,
+    ChunkChoice,
+    NamedToolChoice,
+    ResponseFunctionCall,
+    ResponseToolCall,
+    TokenLogprob,
+    TopLogprob,
+)
+from gateway.scheduler.jobs import Priority
+from gateway.serving.chat import (
+    DEFAULT_TEMPERATURE,
+    ChatRun,
+    ChatService,
+    PreparedChat,
+    SamplingRequest,
+    ToolUse,
+)
+from gateway.serving.messages import template_messages, tool_specs
+from gateway.serving.tool_calls import CallArguments, CallStart, TextPiece
+
+
+class OpenAIChat:
+    """``POST /v1/chat/completions`` in the gateway's terms and back."""
+
+    def __init__(self, service: ChatService) -> None:
+        self.service = service
+
+    async def prepare(
+        self, request: ChatCompletionRequest, priority_header: str | None = None
+    ) -> PreparedChat:
+        arrived = time.perf_counter()
+        tier = self.service.registry.resolve(request.model)
+        priority = Priority.parse(priority_header or request.priority, Priority.USER)
+        options = request.stream_options
+        return await self.service.prepare_messages(
+            tier,
+            template_messages(request.messages),
+            sampling_request(request),
+            priority,
+            model_name=request.model,
+            session=request.session,
+            include_usage=bool(options and options.include_usage),
+            arrived=arrived,
+            tool_use=tool_use(request),
+        )
+
+    async def start(self, chat: PreparedChat) -> ChatRun:
+        return await self.service.start(chat)
+
+    async def complete(self, run: ChatRun) -> ChatCompletion:
+        result = await self.service.collect(run)
+        calls = [
+            ResponseToolCall(
+                id=c.id, function=ResponseFunctionCall(name=c.name, arguments=c.arguments)
+            )
+            for c in result.calls
+        ]
+        message = AssistantMessage(
+            content=None if calls and not result.text else result.text, tool_calls=calls or None
+        )
+        logprobs = (
+            openai_logprobs(result.logprobs) if run.chat.params.logprobs is not None else None
+        )
+        return ChatCompletion(
+            id=run.chat.id,
+            created=run.chat.created,
+            model=run.chat.model_name,
+            choices=[
+                Choice(
+                    message=message,
+                    finish_reason=result.finish_reason,  # type: ignore[arg-type]
+                    logprobs=logprobs,
+                )
+            ],
+            usage=run.usage(),
+        )
+
+    async def stream(self, run: ChatRun) -> AsyncGenerator[ChatCompletionChunk, None]:
+        chat = run.chat
+        wants_logprobs = chat.params.logprobs is not None
+
+        def chunk(
+            delta: ChoiceDelta, finish: str | None = None, logprobs: list[TokenChoice] | None = None
+        ) -> ChatCompletionChunk:
+            return ChatCompletionChunk(
+                id=chat.id,
+                created=chat.created,
+                model=chat.model_name,
+                choices=[
+                    ChunkChoice(
+                        delta=delta,
+                        finish_reason=finish,  # type: ignore[arg-type]
+                        logprobs=openai_logprobs(logprobs) if logprobs else None,
+                    )
+                ],
+            )
+
+        yield chunk(ChoiceDelta(role="assistant", content=""))
+        # Log-probabilities of tokens without text yet (a character split over tokens) ride
+        # with the next chunk that has text.
+        pending: list[TokenChoice] = []
+        try:
+            async with aclosing(self.service.replies(run)) as steps:
+                async for step in steps:
+                    pending.extend(step.logprobs if wants_logprobs else ())
+                    text = "".join(p.text for p in step.pieces if isinstance(p, TextPiece))
+                    if text:
+                        yield chunk(ChoiceDelta(content=text), logprobs=pending)
+                        pending = []
+                    for piece in step.pieces:
+                        if isinstance(piece, CallStart):
+                            call = ChoiceDeltaToolCall(
+                                index=piece.index,
+                                id=piece.id,
+                                type="function",
+                                function=ChoiceDeltaFunction(name=piece.name, arguments=""),
+                            )
+                            yield chunk(ChoiceDelta(tool_calls=[call]))
+                        elif isinstance(piece, CallArguments):
+                            call = ChoiceDeltaToolCall(
+                                index=piece.index,
+                                function=ChoiceDeltaFunction(arguments=piece.fragment),
+                            )
+                            yield chunk(ChoiceDelta(tool_calls=[call]))
+        except ShuttingDownError:
+            # A proper end for the client's stream: a finish reason, then the error event.
+            yield chunk(ChoiceDelta(), "length")
+            raise
+        yield chunk(ChoiceDelta(), run.finish_reason, logprobs=pending)
+        if chat.include_usage:
+            yield ChatCompletionChunk(
+                id=chat.id,
+                created=chat.created,
+                model=chat.model_name,
+                choices=[],
+                usage=run.usage(),
+            )
+
+
+def openai_logprobs(choices: Sequence[TokenChoice]) -> ChoiceLogprobs:
+    return ChoiceLogprobs(
+        content=[
+            TokenLogprob(
+                token=c.chosen.token,
+                logprob=c.chosen.logprob,
+                bytes=list(c.chosen.token_bytes),
+                top_logprobs=[
+                    TopLogprob(token=t.token, logprob=t.logprob, bytes=list(t.token_bytes))
+                    for t in c.top
+                ],
+            )
+            for c in choices
+        ]
+    )
+
+
+def sampling_request(request: ChatCompletionRequest) -> SamplingRequest:
+    """The sampling a chat completion request asks for, in the gateway's own terms."""
+    requested = request.requested_max_tokens()
+    return SamplingRequest(
+        max_tokens=requested,
+        max_tokens_param="max_completion_tokens" if request.max_completion_tokens else "max_tokens",
+        temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
+        top_p=1.0 if request.top_p is None else request.top_p,
+        seed=request.seed,
+        stop=tuple(request.stop_list()),
+        presence_penalty=request.presence_penalty or 0.0,
+        frequency_penalty=request.frequency_penalty or 0.0,
+        logit_bias={int(k): v for k, v in (request.logit_bias or {}).items()},
+        grammar=response_format_grammar(request),
+        logprobs=(request.top_logprobs or 0) if request.logprobs else None,
+    )
+
+
+def tool_use(request: ChatCompletionRequest) -> ToolUse | None:
+    """The request's functions and its tool choice (OpenAI's default: auto with tools).
+
+    Parallel calls only when asked for (``parallel_tool_calls: true``), as llama.cpp's server
+    does: small models given the choice repeat the same call.
+    """
+    if not request.tools:
+        return None
+    parallel = request.parallel_tool_calls is True
+    choice = request.tool_choice or "auto"
+    if isinstance(choice, NamedToolChoice):
+        named = ToolChoice("function", choice.function.name, parallel=False)
+        return ToolUse(tool_specs(request.tools), named)
+    return ToolUse(tool_specs(request.tools), ToolChoice(choice, parallel=parallel))
+
+
+def response_format_grammar(request: ChatCompletionRequest) -> Grammar | None:
+    """``response_format`` as a grammar: json_schema (strict or not) or any JSON object."""
+    fmt = request.response_format
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return Grammar("json_schema", json.dumps(for_grammar({"type": "object"})))
+    assert fmt.json_schema is not None
+    schema = fmt.json_schema.schema_ if fmt.json_schema.schema_ is not None else {}
+    return Grammar("json_schema", json.dumps(for_grammar(strict_objects(schema))))
