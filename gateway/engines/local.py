@@ -218,7 +218,9 @@ class LocalBackend:
         if runner.default_stop:
             params = replace(params, stop=(*params.stop, *runner.default_stop))
         state = self.prefix_store.fetch(self.tier, prompt)
-        generation = runner.generate(prompt, params, state)
+        generation = runner.generate(
+            prompt, params, state, continues_text=request.text_prompt is not None
+        )
         job.release_memory = generation.release_cache
         yield Started(len(prompt), generation.cached_tokens)
         try:

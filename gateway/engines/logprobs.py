@@ -18,6 +18,9 @@ from gateway.engines.backend import TokenChoice, TokenLogprob
 
 _SPM_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 MAX_TOP_LOGPROBS = 20
+# What OpenAI reports for a token that cannot be chosen (a grammar's mask makes it -inf,
+# which JSON cannot carry).
+IMPOSSIBLE_LOGPROB = -9999.0
 
 
 @lru_cache(maxsize=1)
@@ -50,17 +53,17 @@ class TokenSpeller:
     def _spell(self, token_id: int) -> tuple[str, bytes]:
         piece = str(self.tokenizer.convert_ids_to_tokens(token_id))
         decoder = _byte_level_decoder()
-        if all(ch in decoder for ch in piece):
-            raw = bytes(decoder[ch] for ch in piece)
-        elif match := _SPM_BYTE.fullmatch(piece):
+        if match := _SPM_BYTE.fullmatch(piece):
             raw = bytes([int(match.group(1), 16)])
+        elif all(ch in decoder for ch in piece):
+            raw = bytes(decoder[ch] for ch in piece)
         else:
             raw = piece.replace("\u2581", " ").encode()
         return raw.decode("utf-8", errors="replace"), raw
 
     def logprob(self, token_id: int, value: float) -> TokenLogprob:
         text, raw = self.spell(token_id)
-        return TokenLogprob(text, raw, value)
+        return TokenLogprob(text, raw, max(value, IMPOSSIBLE_LOGPROB))
 
     def choice(self, token: int, logprobs: mx.array, top: int) -> TokenChoice:
         """The chosen token and the ``top`` most likely ones, from a step's log-probabilities

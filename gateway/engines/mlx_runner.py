@@ -57,6 +57,7 @@ class MLXGeneration:
         self.prompt = list(prompt)
         self.cached_tokens = len(state.tokens) if state else 0
         self.state: PromptState | None = None
+        self.continues_text = False
         self._cache: KVCache | None = None
         self._released_offset = 0  # > 0 while the cache is released: the tokens to recompute
         self._events: Generator[BackendEvent, None, None] = runner._run(
@@ -208,11 +209,18 @@ class MLXRunner:
     # -- generation --------------------------------------------------------------------------
 
     def generate(
-        self, prompt: Sequence[int], params: SamplingParams, state: PromptState | None = None
+        self,
+        prompt: Sequence[int],
+        params: SamplingParams,
+        state: PromptState | None = None,
+        *,
+        continues_text: bool = False,
     ) -> MLXGeneration:
         # The grammar is compiled now, so that a bad one fails before the job reports a start.
         constraint = self._constraint(params.grammar) if params.grammar else None
-        return MLXGeneration(self, prompt, params, state, constraint)
+        generation = MLXGeneration(self, prompt, params, state, constraint)
+        generation.continues_text = continues_text
+        return generation
 
     def _token_speller(self) -> TokenSpeller:
         if self._speller is None:
@@ -255,6 +263,8 @@ class MLXRunner:
         max_tokens = params.max_tokens or self.context_length - len(prompt)
         steps = self._sampled_tokens(uncached[head:], cache, params, max_tokens, constraint)
         detokenizer = self.tokenizer.detokenizer
+        if generation.continues_text:
+            _keep_leading_space(detokenizer)
         stops = StopMatcher(params.stop)
         speller = self._token_speller() if params.logprobs is not None else None
 
@@ -360,6 +370,19 @@ class MLXRunner:
                 yield int(token), step_logprobs
         finally:
             steps.close()
+
+
+def _keep_leading_space(detokenizer: Any) -> None:
+    """mlx-lm's streaming detokenizers drop the first token's leading space (a chat reply
+    does not begin with one); a raw text's continuation keeps it (" Paris" after "is")."""
+    from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, SPMStreamingDetokenizer
+
+    if isinstance(detokenizer, SPMStreamingDetokenizer):
+        detokenizer.trim_space = False
+    elif isinstance(detokenizer, BPEStreamingDetokenizer):
+        # It trims only while its text is empty: start it with one character, not emitted.
+        detokenizer.text = "\0"
+        detokenizer.offset = 1
 
 
 def mlx_memory() -> dict[str, int]:

@@ -92,11 +92,14 @@ class ModelRunner(Protocol):
         prompt: Sequence[int],
         params: SamplingParams,
         state: PromptState | None = None,
+        *,
+        continues_text: bool = False,
     ) -> Generation:
         """Stream a completion of ``prompt`` (``params.max_tokens`` is set by the caller).
 
         ``state`` holds a cache already filled with a prefix of ``prompt``; it is extended
-        in place.
+        in place. ``continues_text``: the prompt is raw text that the output continues, so
+        a leading space is part of it (a chat reply's is trimmed).
         """
         ...
 

@@ -60,7 +60,11 @@ class FakeRunner:
         yield len(tokens)
 
     def generate(
-        self, prompt: Sequence[int], params: SamplingParams, state: PromptState | None = None
+        self,
+        prompt: Sequence[int],
+        params: SamplingParams,
+        state: PromptState | None = None,
+        **_: Any,
     ) -> FakeGeneration:
         return FakeGeneration(prompt, params)
 

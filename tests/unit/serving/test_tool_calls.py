@@ -1,0 +1,66 @@
+"""The streaming parser that tells text from tool calls, fed as tokens arrive."""
+
+from __future__ import annotations
+
+import json
+
+from gateway.engines.tool_format import call_text
+from gateway.serving.tool_calls import CallArguments, CallStart, TextPiece, ToolCallParser
+
+
+def feed_in_pieces(text: str, size: int) -> tuple[ToolCallParser, list[object]]:
+    parser = ToolCallParser()
+    pieces: list[object] = []
+    for start in range(0, len(text), size):
+        pieces.extend(parser.feed(text[start : start + size]))
+    pieces.extend(parser.finish())
+    return parser, pieces
+
+
+def test_plain_text_passes_through_whatever_the_split() -> None:
+    for size in (1, 2, 5, 100):
+        _, pieces = feed_in_pieces("Hello <b>world</b>", size)
+        assert all(isinstance(p, TextPiece) for p in pieces)
+        assert "".join(p.text for p in pieces) == "Hello <b>world</b>"  # type: ignore[attr-defined]
+
+
+def test_a_short_text_that_starts_like_a_call_is_text() -> None:
+    _, pieces = feed_in_pieces("<tool", 1)
+    assert pieces == [TextPiece("<tool")]
+
+
+def test_calls_split_anywhere_give_the_same_calls() -> None:
+    arguments = ['{"city": "Paris", "note": "a } b"}', '{"n": [1, 2, {"x": "</tool"}]}']
+    text = call_text("get_weather", arguments[0]) + "\n" + call_text("f_2", arguments[1])
+    for size in (1, 3, 7, 1000):
+        parser, pieces = feed_in_pieces(text, size)
+        starts = [p for p in pieces if isinstance(p, CallStart)]
+        assert [(s.index, s.name) for s in starts] == [(0, "get_weather"), (1, "f_2")]
+        assert len({s.id for s in starts}) == 2 and starts[0].id.startswith("call_")
+        for index, expected in enumerate(arguments):
+            fragments = [
+                p.fragment for p in pieces if isinstance(p, CallArguments) and p.index == index
+            ]
+            assert "".join(fragments) == expected
+            json.loads(expected)
+        assert [(c.name, c.arguments, c.complete) for c in parser.calls] == [
+            ("get_weather", arguments[0], True),
+            ("f_2", arguments[1], True),
+        ]
+        assert not [p for p in pieces if isinstance(p, TextPiece)]
+
+
+def test_a_call_cut_by_max_tokens_is_incomplete() -> None:
+    text = call_text("get_weather", '{"city": "Par')[: -len('"}}</tool_call>') + 3]
+    parser, pieces = feed_in_pieces(text, 4)
+    (call,) = parser.calls
+    assert not call.complete and call.arguments.startswith('{"city": "Par')
+    assert isinstance(pieces[0], CallStart)
+
+
+def test_the_space_before_the_arguments_is_not_part_of_them() -> None:
+    parser = ToolCallParser("toolu_")
+    head = call_text("f", "{}")
+    pieces = parser.feed(head[: head.index("{}")]) + parser.feed(head[head.index("{}") :])
+    assert parser.calls[0].arguments == "{}" and parser.calls[0].id.startswith("toolu_")
+    assert [p.fragment for p in pieces if isinstance(p, CallArguments)] == ["{}"]
