@@ -118,6 +118,9 @@ class MessagesRequest(StrictModel):
     priority: Literal["user", "task", "background"] | None = Field(
         None, description="(gateway extension) Scheduling class."
     )
+    session: str | None = Field(
+        None, description="(gateway extension) The typing-hint session this request completes."
+    )
 
     @model_validator(mode="after")
     def _check_tools(self) -> MessagesRequest:

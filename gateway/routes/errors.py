@@ -186,6 +186,9 @@ ERROR_RESPONSES: dict[int, ResponseSpec] = {
 
 
 ANTHROPIC_ERROR_RESPONSES: dict[int, ResponseSpec] = {
-    status: ResponseSpec(AnthropicError, description=spec.description)
+    status: ResponseSpec(
+        AnthropicError,
+        description=(spec.description or "").replace("OpenAI error envelope", "Anthropic's error"),
+    )
     for status, spec in ERROR_RESPONSES.items()
 }

@@ -76,6 +76,7 @@ class AnthropicMessages:
             ),
             Priority.parse(request.priority, Priority.USER),
             model_name=request.model,
+            session=request.session,
             arrived=arrived,
             tool_use=tool_use(request),
         )

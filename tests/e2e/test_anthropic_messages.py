@@ -241,3 +241,35 @@ def test_the_api_key_is_taken_from_x_api_key(keyed_gateway: RunningGateway) -> N
         json={"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "Hi"}]},
     )
     assert answer.status_code == 200 and json.loads(answer.text)["input_tokens"] > 0
+
+
+def test_one_service_underneath_hints_prefix_cache_and_metrics(gateway: RunningGateway) -> None:
+    sdk = client(gateway)
+    history = [
+        {"role": "user", "content": "My name is Ada and I collect old maps of the sea. " * 6},
+        {"role": "assistant", "content": "Nice to meet you, Ada."},
+    ]
+    system = "You are a friendly librarian who answers briefly."
+    with gateway.http() as http:
+        # A typing hint in OpenAI's message format warms what the Anthropic request repeats.
+        hint = http.post(
+            "/v1/typing",
+            json={
+                "model": "gpt-4o-mini",
+                "messages": [{"role": "system", "content": system}, *history],
+                "session": "anthropic-hint",
+            },
+        )
+        assert hint.status_code in (200, 202), hint.text
+        hint_id = hint.json()["id"]
+        message = sdk.messages.create(
+            model="gpt-4o-mini",
+            max_tokens=4,
+            system=system,
+            messages=[*history, {"role": "user", "content": "Which maps?"}],  # type: ignore[list-item]
+            extra_body={**GREEDY, "session": "anthropic-hint"},
+        )
+        assert http.get(f"/v1/typing/{hint_id}").json()["state"] == "used"
+        metrics = http.get("/metrics").text
+    assert (message.usage.cache_read_input_tokens or 0) > 60
+    assert 'gateway_tier_requests_total{kind="mlx",outcome="ok",tier="default"}' in metrics
