@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hmac
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -34,6 +35,9 @@ from gateway.errors import AuthenticationError, ShuttingDownError
 from gateway.metrics import GatewayMetrics
 from gateway.modelstore.footprint import loaded_bytes
 from gateway.modelstore.store import KNOWN_MODELS, ModelStore
+from gateway.peers.inbox import PeerInbox
+from gateway.peers.nodes import Peers
+from gateway.peers.signing import RequestVerifier
 from gateway.routes.chat import ChatController
 from gateway.routes.completions import CompletionsController
 from gateway.routes.errors import EXCEPTION_HANDLERS
@@ -41,6 +45,7 @@ from gateway.routes.messages import MessagesController
 from gateway.routes.models import ModelsController
 from gateway.routes.openapi import describe_truthfully
 from gateway.routes.ops import OpsController
+from gateway.routes.peer import PeerController
 from gateway.routes.tasks import TasksController
 from gateway.routes.typing import TypingController
 from gateway.scheduler.jobs import Priority
@@ -48,6 +53,7 @@ from gateway.scheduler.slot import Scheduler, SchedulerConfig
 from gateway.serving.anthropic import AnthropicMessages
 from gateway.serving.chat import ChatService
 from gateway.serving.completions import CompletionsService
+from gateway.serving.dispatch import Dispatcher
 from gateway.serving.openai_chat import OpenAIChat
 from gateway.serving.tasks import TaskPrompts, TaskService
 from gateway.serving.tiers import Tier, TierRegistry
@@ -60,7 +66,9 @@ log = logging.getLogger("gateway")
 RunnerFactory = Callable[[str, ComputePath], ModelRunner]
 UNAUTHENTICATED_PATHS = frozenset({"/health", "/"})
 # The playground's files are public: the page asks for the API key itself.
-UNAUTHENTICATED_PREFIXES = ("/playground/",)
+UNAUTHENTICATED_PREFIXES: tuple[str, ...] = ("/playground/",)
+PEER_PREFIX = "/v1/peer/"
+GATEWAY_VERSION = "0.1.0"  # as in pyproject.toml (also the OpenAPI document's version)
 PLAYGROUND = Path(__file__).parent / "playground"
 
 
@@ -81,6 +89,8 @@ class Services:
     typing: TypingService
     tasks: TaskService
     lifecycle: Lifecycle
+    peers: Peers | None = None
+    peer_inbox: PeerInbox | None = None
 
 
 def mlx_runner_factory(settings: Settings) -> RunnerFactory:
@@ -174,8 +184,16 @@ class ApiKeyAndMetricsMiddleware(ASGIMiddleware):
     """Refuses new requests while draining, checks the bearer secret (when one is set) and
     counts requests by route and status."""
 
-    def __init__(self, api_key: str | None, metrics: GatewayMetrics, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self,
+        api_key: str | None,
+        metrics: GatewayMetrics,
+        lifecycle: Lifecycle,
+        peers_signed: bool = False,
+    ) -> None:
         self.expected = api_key.encode() if api_key else None
+        # Peer requests are signed with the peer secret instead (a peer never has the key).
+        self.key_free_prefixes = UNAUTHENTICATED_PREFIXES + ((PEER_PREFIX,) if peers_signed else ())
         self.metrics = metrics
         self.lifecycle = lifecycle
 
@@ -202,7 +220,7 @@ class ApiKeyAndMetricsMiddleware(ASGIMiddleware):
                 status = 503
                 raise ShuttingDownError()
             path = scope["path"]
-            public = path in UNAUTHENTICATED_PATHS or path.startswith(UNAUTHENTICATED_PREFIXES)
+            public = path in UNAUTHENTICATED_PATHS or path.startswith(self.key_free_prefixes)
             needs_key = self.expected is not None and not public
             if needs_key and not self._authorized(dict(scope["headers"])):
                 status = 401
@@ -272,8 +290,26 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             typing = TypingService(
                 registry, metrics, settings.cache.hint_idle_seconds, task_prompts
             )
-            chat = ChatService(registry, metrics, typing, settings.max_completion_tokens)
+            peers = dispatcher = None
+            peer_settings = settings.peers
+            if peer_settings.secret and peer_settings.nodes:
+                peers = Peers(peer_settings, catalog.hash, metrics)
+                await peers.start()
+                dispatcher = Dispatcher(peers, scheduler, metrics)
+            chat = ChatService(
+                registry, metrics, typing, settings.max_completion_tokens, dispatcher
+            )
             tasks = TaskService(task_prompts, chat)
+            peer_inbox = None
+            if peer_settings.secret:
+                peer_inbox = PeerInbox(
+                    RequestVerifier(peer_settings.secret, peer_settings.replay_window_seconds),
+                    tasks,
+                    scheduler,
+                    metrics,
+                    node_id=peer_settings.node_id or f"{socket.gethostname()}:{settings.port}",
+                    version=GATEWAY_VERSION,
+                )
             app.state.services = Services(
                 settings=settings,
                 compute=compute,
@@ -288,10 +324,15 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
                 typing=typing,
                 tasks=tasks,
                 lifecycle=lifecycle,
+                peers=peers,
+                peer_inbox=peer_inbox,
             )
             log.info("gateway ready: models %s", ", ".join(registry.names()))
             yield
         finally:
+            services = getattr(app.state, "services", None)
+            if services is not None and services.peers is not None:
+                await services.peers.stop()
             for backend in backends:
                 await backend.close()
             await local_models.stop()
@@ -315,6 +356,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             OpsController,
             TasksController,
             TypingController,
+            *([PeerController] if settings.peers.secret else []),
         ],
         lifespan=[lifespan],
         on_startup=[describe_truthfully],
@@ -332,16 +374,22 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
                 "compute",
                 "local_models",
                 "tasks",
+                "peers",
+                "peer_inbox",
             )
         },
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[ApiKeyAndMetricsMiddleware(settings.api_key, metrics, lifecycle)],
+        middleware=[
+            ApiKeyAndMetricsMiddleware(
+                settings.api_key, metrics, lifecycle, peers_signed=bool(settings.peers.secret)
+            )
+        ],
         request_max_body_size=settings.max_request_bytes,
         # Strict, as OpenAI's API is: "5" is not an integer.
         plugins=[PydanticPlugin(validate_strict=True)],
         openapi_config=OpenAPIConfig(
             title="onemac-gateway",
-            version="0.1.0",
+            version=GATEWAY_VERSION,
             description="OpenAI-compatible local LLM gateway: one Mac, one inference.",
         ),
         debug=False,

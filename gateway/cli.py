@@ -30,6 +30,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # One line per peer heartbeat and upstream request would drown the log.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     # Decided before anything imports MLX: OpenBLAS must be loaded first to be used.
     choose_compute_path(settings.weights)
     app = create_app(settings)

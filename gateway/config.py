@@ -57,6 +57,39 @@ class SchedulerSettings(_Section):
     )
 
 
+class PeerSettings(_Section):
+    """Other gateways on the LAN that take tickets (``gateway.peers``)."""
+
+    secret: str | None = Field(
+        None,
+        min_length=16,
+        description="Shared secret that signs every peer request (HMAC-SHA256); without one "
+        "the peer endpoints do not exist and no peer is used. Also GATEWAY_PEER_SECRET.",
+    )
+    nodes: list[str] = Field(
+        default_factory=list, description="Base URLs of peers, e.g. http://192.168.1.20:8000."
+    )
+    discover: bool = Field(
+        False, description="Find peers on the LAN with mDNS (not built yet: must be false)."
+    )
+    node_id: str | None = Field(None, description="This node's name (default: host:port).")
+    heartbeat_seconds: float = Field(2.0, gt=0, description="How often peers are asked hello.")
+    stall_seconds: float = Field(
+        10.0, gt=0, description="A ticket with no event for this long has failed (failover)."
+    )
+    replay_window_seconds: float = Field(
+        30.0, gt=0, description="Signed requests older or newer than this are refused."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> PeerSettings:
+        if self.discover:
+            raise ValueError("peers.discover (mDNS) is not available yet; list peers in nodes")
+        if self.nodes and not self.secret:
+            raise ValueError("peers.nodes needs peers.secret (or GATEWAY_PEER_SECRET)")
+        return self
+
+
 class CacheSettings(_Section):
     prefix_cache_bytes: int = Field(
         2 * 1024**3, ge=0, description="Byte budget of the prefix KV-cache store (LRU)."
@@ -159,6 +192,7 @@ class Settings(_Section):
     )
     scheduler: SchedulerSettings = SchedulerSettings()
     cache: CacheSettings = CacheSettings()
+    peers: PeerSettings = PeerSettings()
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
@@ -215,6 +249,8 @@ def load_settings(
     for name, key in _ENV.items():
         if env.get(name):
             data[key] = env[name]
+    if env.get("GATEWAY_PEER_SECRET"):
+        data.setdefault("peers", {})["secret"] = env["GATEWAY_PEER_SECRET"]
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         settings = Settings.model_validate(data)

@@ -8,6 +8,7 @@
     ├── AuthenticationError           401 code=invalid_api_key
     ├── ModelNotFoundError            404 code=model_not_found
     ├── NotFoundError                 404 (an unknown typing hint, ...)
+    ├── ConflictError                 409 (a peer built from other task definitions)
     ├── RequestTooLargeError          413
     ├── UnprocessableError            422 (a task's arguments: missing, unknown, too long)
     ├── QueueFullError                429 + Retry-After
@@ -62,6 +63,12 @@ class RequestTooLargeError(GatewayError):
     status_code = 413
     error_type = "invalid_request_error"
     code = "request_too_large"
+
+
+class ConflictError(GatewayError):
+    status_code = 409
+    error_type = "invalid_request_error"
+    code = "conflict"
 
 
 class UnprocessableError(GatewayError):

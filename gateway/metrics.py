@@ -167,6 +167,52 @@ class GatewayMetrics:
             ["tier", "error"],
             registry=r,
         )
+        # Peers (no vLLM/llama.cpp counterpart): tickets between gateways.
+        self.peer_tickets_sent = Counter(
+            "gateway_peer_tickets_sent",
+            "Tickets sent to a peer, by outcome (ok, failed_over, refused, cancelled).",
+            ["peer", "outcome"],
+            registry=r,
+        )
+        self.peer_tickets_received = Counter(
+            "gateway_peer_tickets_received",
+            "Tickets received from peers, by outcome (ok, busy, refused, error, cancelled).",
+            ["outcome"],
+            registry=r,
+        )
+        self.peer_failures = Counter(
+            "gateway_peer_failures",
+            "Peer failures by kind (unreachable, stalled, died, incompatible, refused).",
+            ["peer", "reason"],
+            registry=r,
+        )
+        self.peer_auth_refused = Counter(
+            "gateway_peer_auth_refused",
+            "Peer requests refused by this node, by reason (signature, timestamp, replay, "
+            "unsigned, tasks_hash, protocol).",
+            ["reason"],
+            registry=r,
+        )
+        self.peer_ticket_seconds = Histogram(
+            "gateway_peer_ticket_seconds",
+            "Time from sending a ticket to its last event.",
+            ["peer"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.peer_first_token_seconds = Histogram(
+            "gateway_peer_first_token_seconds",
+            "Time from sending a ticket to its first token.",
+            ["peer"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.peer_up = Gauge(
+            "gateway_peer_up",
+            "1 when a peer answers its heartbeat and is compatible.",
+            ["peer"],
+            registry=r,
+        )
         for priority in Priority:
             self.queue_depth.labels(priority.label).set(0)
         for gate in GATE_NAMES:

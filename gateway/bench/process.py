@@ -89,15 +89,25 @@ class RunningGateway:
             self.process.kill()
 
 
-def start_gateway(workdir: Path, config: dict[str, Any] | None = None) -> RunningGateway:
+def start_gateway(
+    workdir: Path,
+    config: dict[str, Any] | None = None,
+    *,
+    cpus: str | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> RunningGateway:
+    """A gateway process on a free port; ``cpus`` pins it to those cores (``taskset -c``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "gateway.toml"
     write_toml(config_path, config or {})
     port = free_port()
     log_path = workdir / "gateway.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update(extra_env or {})
+    pinned = ["taskset", "-c", cpus] if cpus else []
     process = subprocess.Popen(
         [
+            *pinned,
             sys.executable,
             "-m",
             "gateway",

@@ -116,6 +116,9 @@ class GenerationRequest:
     tools: tuple[ToolSpec, ...] = ()
     # Set for a legacy completion: the prompt is this text, ``messages`` is empty.
     text_prompt: TextPrompt | None = None
+    # Completion tokens already generated elsewhere (a peer that failed mid-stream): the
+    # generation continues after them, their text is not sent again, and they count in usage.
+    resume: tuple[int, ...] = ()
 
 
 # -- events ------------------------------------------------------------------------------------
@@ -127,6 +130,7 @@ class Started:
 
     prompt_tokens: int | None  # None: the backend does not know before the end
     cached_tokens: int = 0
+    node: str | None = None  # the peer that computes it (None: this node)
 
 
 @dataclass(frozen=True)

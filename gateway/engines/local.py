@@ -213,16 +213,22 @@ class LocalBackend:
     def _work(self, runner: ModelRunner, request: GenerationRequest, job: Job) -> Iterator[Any]:
         """The job's steps, on the inference thread: reuse a cached prefix, then generate."""
         assert request.prompt.tokens is not None
-        prompt = list(request.prompt.tokens)
+        prompt = [*request.prompt.tokens, *request.resume]
         params = request.params
+        if request.resume and params.max_tokens is not None:
+            params = replace(params, max_tokens=max(params.max_tokens - len(request.resume), 1))
         if runner.default_stop:
             params = replace(params, stop=(*params.stop, *runner.default_stop))
         state = self.prefix_store.fetch(self.tier, prompt)
         generation = runner.generate(
-            prompt, params, state, continues_text=request.text_prompt is not None
+            prompt,
+            params,
+            state,
+            continues_text=request.text_prompt is not None,
+            resumed=len(request.resume),
         )
         job.release_memory = generation.release_cache
-        yield Started(len(prompt), generation.cached_tokens)
+        yield Started(len(request.prompt.tokens), generation.cached_tokens)
         try:
             yield from generation
         finally:

@@ -58,6 +58,7 @@ class MLXGeneration:
         self.cached_tokens = len(state.tokens) if state else 0
         self.state: PromptState | None = None
         self.continues_text = False
+        self.resumed = 0  # completion tokens at the prompt's end (a failed-over generation)
         self._cache: KVCache | None = None
         self._released_offset = 0  # > 0 while the cache is released: the tokens to recompute
         self._events: Generator[BackendEvent, None, None] = runner._run(
@@ -215,11 +216,13 @@ class MLXRunner:
         state: PromptState | None = None,
         *,
         continues_text: bool = False,
+        resumed: int = 0,
     ) -> MLXGeneration:
         # The grammar is compiled now, so that a bad one fails before the job reports a start.
         constraint = self._constraint(params.grammar) if params.grammar else None
         generation = MLXGeneration(self, prompt, params, state, constraint)
         generation.continues_text = continues_text
+        generation.resumed = resumed
         return generation
 
     def _token_speller(self) -> TokenSpeller:
@@ -267,10 +270,20 @@ class MLXRunner:
             _keep_leading_space(detokenizer)
         stops = StopMatcher(params.stop)
         speller = self._token_speller() if params.logprobs is not None else None
+        resumed = generation.resumed
+        # Tokens generated elsewhere: their text was sent; the detokenizer and the stop
+        # matcher take them in, so that what follows is exactly the text that would have.
+        for token in prompt[len(prompt) - resumed :]:
+            detokenizer.add_token(token)
+            stops.feed(detokenizer.last_segment)
 
         def finished(reason: FinishReason) -> Finished:
             return Finished(
-                reason, len(prompt), len(generated), generation.cached_tokens, stops.matched
+                reason,
+                len(prompt) - resumed,
+                len(generated) + resumed,
+                generation.cached_tokens,
+                stops.matched,
             )
 
         def choices(token: int, logprobs: Any) -> tuple[TokenChoice, ...]:

@@ -94,12 +94,15 @@ class ModelRunner(Protocol):
         state: PromptState | None = None,
         *,
         continues_text: bool = False,
+        resumed: int = 0,
     ) -> Generation:
         """Stream a completion of ``prompt`` (``params.max_tokens`` is set by the caller).
 
         ``state`` holds a cache already filled with a prefix of ``prompt``; it is extended
         in place. ``continues_text``: the prompt is raw text that the output continues, so
-        a leading space is part of it (a chat reply's is trimmed).
+        a leading space is part of it (a chat reply's is trimmed). ``resumed``: the last
+        this many prompt tokens are completion tokens generated elsewhere; the output goes on
+        after their text, and usage counts them as completion.
         """
         ...
 

@@ -12,6 +12,7 @@ from gateway.protocol.openai import ChatCompletionRequest
 from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
 from gateway.routes.errors import ERROR_RESPONSES
 from gateway.routes.sse import ServerSentEvents
+from gateway.serving.chat import ChatRun
 from gateway.serving.openai_chat import OpenAIChat
 
 
@@ -48,10 +49,17 @@ class ChatController(Controller):
         prepared = await chat.prepare(data, x_gateway_priority)
         try:
             run = await unless_disconnected(request, chat.start(prepared))
+            headers = served_by(run)
             if data.stream:
-                return ServerSentEvents(chat.stream(run))
+                return ServerSentEvents(chat.stream(run), headers=headers)
             completion = await unless_disconnected(request, chat.complete(run))
         except ClientDisconnected:
             # Nobody is listening any more; 499 is what nginx logs for this.
             return Response(content=None, status_code=499)
-        return Response(completion)
+        return Response(completion, headers=headers)
+
+
+def served_by(run: ChatRun) -> dict[str, str]:
+    """``X-Gateway-Peer``: the peer that computed the answer (none: this node did)."""
+    node = run.started.node
+    return {"X-Gateway-Peer": node} if node else {}

@@ -10,6 +10,7 @@ from litestar.di import NamedDependency
 from gateway.engines.device import ComputePath
 from gateway.engines.residency import LocalModels
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from gateway.peers.nodes import Peers
 from gateway.routes.models import tier_health
 from gateway.scheduler.slot import Scheduler
 from gateway.serving.tasks import TaskService
@@ -27,6 +28,7 @@ class OpsController(Controller):
         scheduler: NamedDependency[Scheduler],
         local_models: NamedDependency[LocalModels],
         tasks: NamedDependency[TaskService],
+        peers: NamedDependency[Peers | None],
     ) -> dict[str, Any]:
         states = await tier_health(registry)
         return {
@@ -48,6 +50,7 @@ class OpsController(Controller):
             "tasks_hash": tasks.prompts.catalog.hash,
             "slot_busy": scheduler.running is not None,
             "memory": local_models.memory(),
+            "peers": peers.describe() if peers is not None else [],
         }
 
     @get("/metrics", summary="Prometheus metrics", media_type=CONTENT_TYPE)

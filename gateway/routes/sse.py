@@ -1,13 +1,14 @@
 """Server-Sent Events responses (sse-starlette: keep-alive pings, disconnect detection).
 
 OpenAI's streams end with ``data: [DONE]`` after the last model, or, when something fails
-after the 200 was sent, an error envelope as the last event. Anthropic's streams name each
-event after its ``type`` and have no ``[DONE]``; a failure is an ``error`` event.
+after the 200 was sent, an error envelope as the last event. Anthropic's streams (and the
+peers' ticket streams) name each event after its ``type`` and have no ``[DONE]``; a failure
+is an ``error`` event.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any, Literal
 
@@ -16,6 +17,7 @@ from pydantic import BaseModel
 from sse_starlette import EventSourceResponse
 
 from gateway.errors import GatewayError, ShuttingDownError
+from gateway.protocol.peer import TicketError
 from gateway.routes.errors import anthropic_error_body, gateway_error_body
 
 SSE_PING_SECONDS = 10
@@ -27,11 +29,16 @@ class ServerSentEvents(Response[Any]):
     def __init__(
         self,
         models: AsyncGenerator[BaseModel, None],
-        dialect: Literal["openai", "anthropic"] = "openai",
+        dialect: Literal["openai", "anthropic", "peer"] = "openai",
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(content=None, media_type="text/event-stream")
-        events = _events(models) if dialect == "openai" else _anthropic_events(models)
-        self.stream = EventSourceResponse(events, ping=SSE_PING_SECONDS)
+        if dialect == "openai":
+            events = _events(models)
+        else:
+            body = _anthropic_error if dialect == "anthropic" else _peer_error
+            events = _named_events(models, body)
+        self.stream = EventSourceResponse(events, ping=SSE_PING_SECONDS, headers=headers)
 
     def to_asgi_response(self, *args: Any, **kwargs: Any) -> Any:
         return self.stream
@@ -50,8 +57,16 @@ async def _events(models: AsyncGenerator[BaseModel, None]) -> AsyncIterator[dict
     yield {"data": "[DONE]"}
 
 
-async def _anthropic_events(
-    models: AsyncGenerator[BaseModel, None],
+def _anthropic_error(exc: GatewayError) -> BaseModel:
+    return anthropic_error_body(exc.status_code, exc.message)
+
+
+def _peer_error(exc: GatewayError) -> BaseModel:
+    return TicketError(status=exc.status_code, message=exc.message)
+
+
+async def _named_events(
+    models: AsyncGenerator[BaseModel, None], error_body: Callable[[GatewayError], BaseModel]
 ) -> AsyncIterator[dict[str, str]]:
     try:
         async with aclosing(models) as stream:
@@ -61,5 +76,4 @@ async def _anthropic_events(
                     "data": model.model_dump_json(),
                 }
     except GatewayError as exc:
-        body = anthropic_error_body(exc.status_code, exc.message)
-        yield {"event": "error", "data": body.model_dump_json()}
+        yield {"event": "error", "data": error_body(exc).model_dump_json()}

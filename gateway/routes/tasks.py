@@ -12,6 +12,7 @@ from litestar.params import FromPath, JSONBody
 from pydantic import BaseModel
 
 from gateway.protocol.tasks import TaskRunRequest, TaskTypeInfo, TaskTypeList
+from gateway.routes.chat import served_by
 from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
 from gateway.routes.errors import ERROR_RESPONSES
 from gateway.routes.sse import ServerSentEvents
@@ -54,12 +55,13 @@ class TasksController(Controller):
         task, prepared = await tasks.prepare(task_type, data)
         try:
             run = await unless_disconnected(request, tasks.start(task, prepared))
+            headers = served_by(run.chat)
             if data.stream:
-                return ServerSentEvents(_stream(tasks, run))
+                return ServerSentEvents(_stream(tasks, run), headers=headers)
             result = await unless_disconnected(request, tasks.complete(run))
         except ClientDisconnected:
             return Response(content=None, status_code=499)
-        return Response(result)
+        return Response(result, headers=headers)
 
 
 async def _stream(tasks: TaskService, run: TaskRun) -> AsyncGenerator[BaseModel, None]:

@@ -145,6 +145,33 @@ class Scheduler:
         self._changed()
         return rejected
 
+    def would_wait(self, priority: Priority) -> bool:
+        """Whether a job of this class submitted now would wait for the slot: a job of its
+        class or a higher one is waiting, a gate holds it, or the running job is one it
+        cannot preempt. (Peers: a request that would wait here may run on a peer.)"""
+        now = self.clock()
+        waiting = any(
+            not job.cancel_requested
+            for p, queue in self.queues.items()
+            if p <= priority
+            for job in queue
+        )
+        if waiting or self.gates.holds(priority, now):
+            return True
+        running = self.running
+        if running is None or running.finished:
+            return False
+        preempts = (
+            priority is Priority.USER
+            and running.preemptible
+            and running.priority is not Priority.USER
+        )
+        return not preempts
+
+    @property
+    def idle(self) -> bool:
+        return self.running is None and not any(self.queues.values())
+
     def snapshot(self) -> dict[str, Any]:
         """A JSON view of the slot, the queues and the gates (``GET /v1/scheduler``)."""
         now = self.clock()

@@ -22,6 +22,7 @@ from gateway.engines.backend import (
     Finished,
     GenerationRequest,
     Grammar,
+    PrefillProgress,
     Prompt,
     SamplingParams,
     Started,
@@ -41,6 +42,7 @@ from gateway.protocol.openai import (
     now,
 )
 from gateway.scheduler.jobs import Priority
+from gateway.serving.dispatch import Dispatcher, TicketSpec
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.serving.tool_calls import ReplyPiece, TextPiece, ToolCall, ToolCallParser
 from gateway.serving.typing import TypingService
@@ -115,6 +117,8 @@ class PreparedChat:
     include_usage: bool = False
     tool_use: ToolUse | None = None
     text_prompt: TextPrompt | None = None  # a legacy completion's raw prompt
+    # What the request is as a ticket for a peer (None: it runs on this node only).
+    ticket: TicketSpec | None = None
     id: str = field(default_factory=completion_id)
     created: int = field(default_factory=now)
 
@@ -187,8 +191,10 @@ class ChatService:
         metrics: GatewayMetrics,
         typing: TypingService,
         max_completion_tokens: int | None = None,
+        dispatcher: Dispatcher | None = None,
     ) -> None:
         self.registry = registry
+        self.dispatcher = dispatcher
         self.max_completion_tokens = max_completion_tokens
         self.metrics = metrics
         self.typing = typing
@@ -332,7 +338,11 @@ class ChatService:
             await self.typing.join(chat.tier.name, chat.prompt.tokens, chat.session)
         if self.closing:
             raise ShuttingDownError()
-        events = backend.generate(chat.generation_request())
+        request = chat.generation_request()
+        if self.dispatcher is not None and chat.ticket is not None and chat.prompt.tokens:
+            events = self.dispatcher.generate(chat.ticket, request, backend)
+        else:
+            events = backend.generate(request)
         try:
             first = await anext(events)
         except BaseException:
@@ -349,6 +359,15 @@ class ChatService:
 
     async def events(self, run: ChatRun) -> AsyncGenerator[TokenEvent, None]:
         """The generation's tokens; closes the backend's stream if the consumer stops early."""
+        async with aclosing(self.events_with_progress(run)) as events:
+            async for event in events:
+                if isinstance(event, TokenEvent):
+                    yield event
+
+    async def events_with_progress(
+        self, run: ChatRun
+    ) -> AsyncGenerator[TokenEvent | PrefillProgress, None]:
+        """The tokens and the prefill's progress (a sign of life before the first token)."""
         first_token_at: float | None = None
         failed = False
         try:
@@ -357,8 +376,11 @@ class ChatService:
                     run.finished = event
                     run.completion_tokens = event.completion_tokens
                     continue
+                if isinstance(event, PrefillProgress):
+                    yield event
+                    continue
                 if not isinstance(event, TokenEvent):
-                    continue  # prefill progress
+                    continue
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
                     self._observe_first_token(run, first_token_at)

@@ -44,6 +44,7 @@ from gateway.serving.chat import (
     SamplingRequest,
     ToolUse,
 )
+from gateway.serving.dispatch import TicketSpec
 from gateway.serving.messages import template_messages, tool_specs
 from gateway.serving.tool_calls import CallArguments, CallStart, TextPiece
 
@@ -61,9 +62,10 @@ class OpenAIChat:
         tier = self.service.registry.resolve(request.model)
         priority = Priority.parse(priority_header or request.priority, Priority.USER)
         options = request.stream_options
-        return await self.service.prepare_messages(
+        messages = template_messages(request.messages)
+        prepared = await self.service.prepare_messages(
             tier,
-            template_messages(request.messages),
+            messages,
             sampling_request(request),
             priority,
             model_name=request.model,
@@ -72,6 +74,8 @@ class OpenAIChat:
             arrived=arrived,
             tool_use=tool_use(request),
         )
+        prepared.ticket = chat_ticket(request, prepared)
+        return prepared
 
     async def start(self, chat: PreparedChat) -> ChatRun:
         return await self.service.start(chat)
@@ -164,6 +168,40 @@ class OpenAIChat:
                 choices=[],
                 usage=run.usage(),
             )
+
+
+CHAT_TASK = "chat"  # prompts/chat.toml: how a peer runs a chat ticket
+
+
+def chat_ticket(request: ChatCompletionRequest, prepared: PreparedChat) -> TicketSpec | None:
+    """The chat as a ticket for a peer (the ``chat`` task type), when it can be one: plain
+    text messages and the sampling a ticket carries; tools, response formats, logprobs,
+    penalties and logit bias keep it on this node."""
+    plain = all(
+        m.role in ("system", "developer", "user", "assistant") and not m.tool_calls
+        for m in request.messages
+    )
+    extras = (
+        request.tools,
+        request.response_format and request.response_format.type != "text",
+        request.logprobs,
+        request.presence_penalty,
+        request.frequency_penalty,
+        request.logit_bias,
+    )
+    if not plain or any(extras):
+        return None
+    params = prepared.params
+    args = {"messages": json.dumps(list(prepared.messages), ensure_ascii=False)}
+    args["temperature"] = repr(params.temperature)
+    args["top_p"] = repr(params.top_p)
+    if params.max_tokens is not None:
+        args["max_tokens"] = str(params.max_tokens)
+    if params.seed is not None:
+        args["seed"] = str(params.seed)
+    if params.stop:
+        args["stop"] = json.dumps(list(params.stop), ensure_ascii=False)
+    return TicketSpec(CHAT_TASK, args)
 
 
 def openai_logprobs(choices: Sequence[TokenChoice]) -> ChoiceLogprobs:

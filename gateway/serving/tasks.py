@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.engines.backend import ChatMessage
@@ -30,6 +30,7 @@ from gateway.protocol.tasks import (
 )
 from gateway.scheduler.jobs import Priority
 from gateway.serving.chat import ChatRun, ChatService, PreparedChat, SamplingRequest
+from gateway.serving.dispatch import TicketSpec
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.tasks.definitions import TaskCatalog, TaskType
 from gateway.tasks.thinking import ThinkingSplitter, parse_output, task_grammar
@@ -179,7 +180,10 @@ class TaskService:
         self.prompts = prompts
         self.chat = chat
 
-    async def prepare(self, task_id: str, request: TaskRunRequest) -> tuple[TaskType, PreparedChat]:
+    async def prepare(
+        self, task_id: str, request: TaskRunRequest, from_peer: bool = False
+    ) -> tuple[TaskType, PreparedChat]:
+        """``from_peer``: a ticket received from a peer, never sent on to another one."""
         arrived = time.perf_counter()
         prompts = self.prompts
         task = prompts.get(task_id)
@@ -189,19 +193,24 @@ class TaskService:
         prepared = await self.chat.prepare_messages(
             tier,
             prompts.messages(task, args),
-            SamplingRequest(
-                max_tokens=sampling.max_tokens,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                grammar=task_grammar(task),
-                grammar_param="task_type",
-                clamp_to_cap=True,
+            sampling_arguments(
+                args,
+                SamplingRequest(
+                    max_tokens=sampling.max_tokens,
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    grammar=task_grammar(task),
+                    grammar_param="task_type",
+                    clamp_to_cap=True,
+                ),
             ),
             Priority.parse(request.priority or task.spec.priority, Priority.TASK),
             model_name=tier.name,
             session=request.session,
             arrived=arrived,
         )
+        if not from_peer:
+            prepared.ticket = TicketSpec(task.id, args)
         return task, prepared
 
     async def start(self, task: TaskType, prepared: PreparedChat) -> TaskRun:
@@ -242,3 +251,39 @@ class TaskService:
             async for _ in deltas:
                 pass
         return self.result(run)
+
+
+# Arguments that set sampling, where a task type declares them (the chat task does, so that
+# a chat ticket carries the client's sampling as text).
+SAMPLING_ARGUMENTS = ("max_tokens", "temperature", "top_p", "seed", "stop")
+
+
+def sampling_arguments(args: dict[str, str], sampling: SamplingRequest) -> SamplingRequest:
+    """``sampling`` with the values of the sampling arguments given (422 when malformed)."""
+    changes: dict[str, Any] = {}
+    for name in SAMPLING_ARGUMENTS:
+        if name not in args:
+            continue
+        text = args[name]
+        try:
+            if name in ("max_tokens", "seed"):
+                changes[name] = int(text)
+            elif name == "stop":
+                stops = json.loads(text)
+                if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+                    raise ValueError("not a JSON list of strings")
+                changes[name] = tuple(stops)
+            else:
+                changes[name] = float(text)
+        except ValueError as exc:
+            raise UnprocessableError(
+                f"argument {name!r} is malformed: {shorten(str(exc))}", param=f"args.{name}"
+            ) from None
+    bounds = {"max_tokens": (1, None), "temperature": (0.0, 2.0), "top_p": (0.0, 1.0)}
+    for name, (low, high) in bounds.items():
+        value = changes.get(name)
+        if value is not None and (value < low or (high is not None and value > high)):
+            raise UnprocessableError(
+                f"argument {name!r} is out of range: {value}", param=f"args.{name}"
+            )
+    return replace(sampling, **changes) if changes else sampling

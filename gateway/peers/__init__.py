@@ -1,0 +1,1 @@
+"""Peers: other gateways on the LAN that take tickets (a second Mac, a second seat)."""

@@ -1,0 +1,233 @@
+"""The peers this node knows: their heartbeats, their state, and tickets sent to them.
+
+A peer is ``up`` when it answers ``GET /v1/peer/hello`` with the same protocol version and
+the same task definitions (``tasks_hash``: the peer builds the prompt itself, so both nodes
+must build the same one); ``incompatible`` when it answers with others (logged once, shown in
+``/health``); ``down`` when it does not answer. Tickets go over HTTP with streamed
+Server-Sent Events (httpx, the card's client library): one request per ticket fits
+request/response work, and closing the stream is how a cancellation crosses the wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from httpx_sse import EventSource
+from pydantic import TypeAdapter, ValidationError
+
+from gateway.config import PeerSettings
+from gateway.metrics import GatewayMetrics
+from gateway.peers.signing import sign
+from gateway.protocol.peer import PROTOCOL_VERSION, Hello, Ticket, TicketEvent
+
+log = logging.getLogger(__name__)
+HELLO_PATH = "/v1/peer/hello"
+TICKETS_PATH = "/v1/peer/tickets"
+_EVENTS: TypeAdapter[TicketEvent] = TypeAdapter(TicketEvent)
+
+
+class PeerRefused(Exception):
+    """The peer did not start the ticket (busy, unreachable, refused): try another seat."""
+
+
+class PeerFailed(Exception):
+    """The peer failed after the ticket started (died, stalled, broke the protocol)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class PeerNode:
+    url: str
+    state: str = "unknown"  # unknown | up | down | incompatible
+    detail: str | None = None
+    hello: Hello | None = None
+    in_flight: int = 0  # tickets this node has sent it and not finished
+    busy_until: float = 0.0  # it refused a ticket: not asked again before its next heartbeat
+    last_seen: float | None = None
+
+    def can_run(self, task_type: str, model_id: str) -> bool:
+        """Up, compatible, and runs this task on the same model."""
+        hello = self.hello
+        return (
+            self.state == "up"
+            and hello is not None
+            and hello.task_models.get(task_type) == model_id
+        )
+
+    def available(self, task_type: str, model_id: str, now: float) -> bool:
+        """Could start this ticket now: a free seat."""
+        hello = self.hello
+        return (
+            self.can_run(task_type, model_id)
+            and hello is not None
+            and not hello.slot.busy
+            and self.in_flight == 0
+            and now >= self.busy_until
+        )
+
+    def describe(self) -> dict[str, Any]:
+        hello = self.hello
+        return {
+            "url": self.url,
+            "state": self.state,
+            "detail": self.detail,
+            "node_id": hello.node_id if hello else None,
+            "busy": hello.slot.busy if hello else None,
+            "in_flight": self.in_flight,
+            "last_seen_seconds_ago": (
+                round(time.monotonic() - self.last_seen, 1) if self.last_seen else None
+            ),
+        }
+
+
+@dataclass
+class Peers:
+    """The configured peers, their heartbeats, and the client side of tickets."""
+
+    settings: PeerSettings
+    tasks_hash: str
+    metrics: GatewayMetrics
+    nodes: list[PeerNode] = field(default_factory=list)
+    # Set whenever a seat may have freed (a heartbeat, a ticket's end): dispatch re-checks.
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.nodes = [PeerNode(url.rstrip("/")) for url in self.settings.nodes]
+        self._client: httpx.AsyncClient | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        stall = self.settings.stall_seconds
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(stall, connect=min(stall, 3.0)), trust_env=False
+        )
+        if self.nodes:
+            self._heartbeat = asyncio.create_task(self._heartbeats())
+
+    async def stop(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        if self._client is not None:
+            await self._client.aclose()
+
+    # -- heartbeats ------------------------------------------------------------------------------
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.gather(*(self.say_hello(node) for node in self.nodes))
+            self.changed.set()
+            await asyncio.sleep(self.settings.heartbeat_seconds)
+
+    async def say_hello(self, node: PeerNode) -> None:
+        assert self._client is not None
+        headers = self._signed("GET", node.url + HELLO_PATH, b"")
+        try:
+            answer = await self._client.get(
+                node.url + HELLO_PATH, headers=headers, timeout=self.settings.heartbeat_seconds + 1
+            )
+            if answer.status_code != 200:
+                raise ValueError(f"hello answered {answer.status_code}: {answer.text[:200]}")
+            hello = Hello.model_validate_json(answer.content)
+        except (httpx.HTTPError, ValueError, ValidationError) as exc:
+            self._set_state(node, "down", str(exc) or type(exc).__name__)
+            return
+        node.hello, node.last_seen = hello, time.monotonic()
+        node.busy_until = 0.0
+        if hello.protocol != PROTOCOL_VERSION:
+            self._set_state(
+                node, "incompatible", f"protocol {hello.protocol}, ours {PROTOCOL_VERSION}"
+            )
+        elif hello.tasks_hash != self.tasks_hash:
+            self._set_state(
+                node,
+                "incompatible",
+                f"task definitions differ (tasks_hash {hello.tasks_hash[:12]}, ours "
+                f"{self.tasks_hash[:12]}): it would build other prompts",
+            )
+        else:
+            self._set_state(node, "up", None)
+
+    def _set_state(self, node: PeerNode, state: str, detail: str | None) -> None:
+        if state != node.state:
+            level = logging.INFO if state == "up" else logging.WARNING
+            log.log(level, "peer %s is %s%s", node.url, state, f": {detail}" if detail else "")
+            if state in ("down", "incompatible") and node.state != "unknown":
+                self.metrics.peer_failures.labels(
+                    node.url, "unreachable" if state == "down" else state
+                ).inc()
+            elif state == "incompatible":
+                self.metrics.peer_failures.labels(node.url, state).inc()
+        node.state, node.detail = state, detail
+        self.metrics.peer_up.labels(node.url).set(1 if state == "up" else 0)
+
+    # -- choosing a seat -------------------------------------------------------------------------
+
+    def available(self, task_type: str, model_id: str) -> PeerNode | None:
+        now = time.monotonic()
+        for node in self.nodes:
+            if node.available(task_type, model_id, now):
+                return node
+        return None
+
+    def any_can_run(self, task_type: str, model_id: str) -> bool:
+        return any(node.can_run(task_type, model_id) for node in self.nodes)
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [node.describe() for node in self.nodes]
+
+    # -- tickets ---------------------------------------------------------------------------------
+
+    async def ticket_events(self, node: PeerNode, ticket: Ticket) -> AsyncIterator[TicketEvent]:
+        """The ticket's events; raises PeerRefused before it starts, PeerFailed after."""
+        assert self._client is not None
+        body = ticket.model_dump_json().encode()
+        url = node.url + TICKETS_PATH
+        headers = {**self._signed("POST", url, body), "content-type": "application/json"}
+        started = False
+        try:
+            async with self._client.stream("POST", url, content=body, headers=headers) as answer:
+                if answer.status_code != 200:
+                    await answer.aread()
+                    if answer.status_code == 429:
+                        node.busy_until = time.monotonic() + self.settings.heartbeat_seconds
+                    raise PeerRefused(
+                        f"{node.url} answered {answer.status_code}: {answer.text[:200]}"
+                    )
+                async for sse in EventSource(answer).aiter_sse():
+                    try:
+                        event = _EVENTS.validate_python(json.loads(sse.data))
+                    except (ValueError, ValidationError) as exc:
+                        raise PeerFailed(
+                            "protocol", f"{node.url} sent a malformed event: {exc}"
+                        ) from None
+                    started = started or event.type == "started"
+                    yield event
+                    if event.type in ("result", "error"):
+                        return
+        except httpx.TimeoutException as exc:
+            if not started:
+                raise PeerRefused(f"{node.url} did not answer in time: {exc!r}") from exc
+            raise PeerFailed(
+                "stalled", f"{node.url} sent nothing for {self.settings.stall_seconds} s"
+            ) from exc
+        except httpx.HTTPError as exc:
+            if not started:
+                raise PeerRefused(f"{node.url} is unreachable: {exc!r}") from exc
+            raise PeerFailed("died", f"{node.url} failed mid-ticket: {exc!r}") from exc
+        if not started:
+            raise PeerRefused(f"{node.url} ended the ticket before starting it")
+        raise PeerFailed("died", f"{node.url} ended the ticket's stream early")
+
+    def _signed(self, method: str, url: str, body: bytes) -> dict[str, str]:
+        assert self.settings.secret is not None
+        return sign(self.settings.secret, method, httpx.URL(url).path, body, self.tasks_hash)

@@ -1,0 +1,89 @@
+"""Signed peer requests: HMAC-SHA256 over method, path, timestamp, nonce and body.
+
+Every request between peers carries ``X-Peer-Timestamp`` (Unix seconds), ``X-Peer-Nonce``
+(random, used once) and ``X-Peer-Signature`` (hex). A request is refused when the signature
+does not match (constant-time comparison), when its timestamp is outside the replay window,
+or when its nonce was already seen within that window. The secret never travels, and neither
+does a client's API key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Callable, Mapping
+
+TIMESTAMP = "x-peer-timestamp"
+NONCE = "x-peer-nonce"
+SIGNATURE = "x-peer-signature"
+TASKS_HASH = "x-peer-tasks-hash"  # signed too: the prompt definitions the sender expects
+
+
+class PeerAuthError(Exception):
+    """A peer request that is not accepted; ``reason`` labels the metric."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _message(
+    method: str, path: str, timestamp: str, nonce: str, tasks_hash: str, body: bytes
+) -> bytes:
+    head = "\n".join([method.upper(), path, timestamp, nonce, tasks_hash]).encode()
+    return head + b"\n" + hashlib.sha256(body).hexdigest().encode()
+
+
+def sign(
+    secret: str, method: str, path: str, body: bytes, tasks_hash: str, now: float | None = None
+) -> dict[str, str]:
+    """The headers that sign one request."""
+    timestamp = str(int(time.time() if now is None else now))
+    nonce = secrets.token_hex(16)
+    digest = hmac.new(
+        secret.encode(), _message(method, path, timestamp, nonce, tasks_hash, body), hashlib.sha256
+    ).hexdigest()
+    return {TIMESTAMP: timestamp, NONCE: nonce, SIGNATURE: digest, TASKS_HASH: tasks_hash}
+
+
+class RequestVerifier:
+    """Checks signed requests; remembers nonces for the replay window."""
+
+    def __init__(
+        self, secret: str, window_seconds: float, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.secret = secret.encode()
+        self.window = window_seconds
+        self.clock = clock
+        self._seen: dict[str, float] = {}  # nonce -> when it may be forgotten
+
+    def verify(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> None:
+        timestamp, nonce = headers.get(TIMESTAMP), headers.get(NONCE)
+        signature, tasks_hash = headers.get(SIGNATURE), headers.get(TASKS_HASH, "")
+        if not timestamp or not nonce or not signature:
+            raise PeerAuthError("unsigned", "the request is not signed")
+        expected = hmac.new(
+            self.secret, _message(method, path, timestamp, nonce, tasks_hash, body), hashlib.sha256
+        ).hexdigest()
+        if not hmac.compare_digest(expected, signature):
+            raise PeerAuthError("signature", "the request's signature does not match")
+        now = self.clock()
+        try:
+            age = abs(now - float(timestamp))
+        except ValueError:
+            raise PeerAuthError("timestamp", "the request's timestamp is not a number") from None
+        if age > self.window:
+            raise PeerAuthError(
+                "timestamp",
+                f"the request's timestamp is {age:.0f} s off (window {self.window:.0f} s)",
+            )
+        self._forget(now)
+        if nonce in self._seen:
+            raise PeerAuthError("replay", "the request was already received (replayed nonce)")
+        self._seen[nonce] = now + 2 * self.window
+
+    def _forget(self, now: float) -> None:
+        if len(self._seen) > 1024 or any(t < now for t in list(self._seen.values())[:8]):
+            self._seen = {n: t for n, t in self._seen.items() if t >= now}

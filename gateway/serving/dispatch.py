@@ -1,0 +1,172 @@
+"""Where a request runs: this node's slot or a peer's (two Macs, two seats).
+
+Policy: a request runs here when this node's slot would take it now (it is idle, or the
+request's class preempts what runs). Otherwise, if a peer that runs the same task on the
+same model has a free seat, the request goes there as a ticket. If neither, it waits for
+whichever seat frees first, in order of class then arrival; with no peer able to run it at
+all, it simply queues here. A peer that refuses (busy, 429) is skipped.
+
+Failover with nothing lost: a peer that dies or stalls after starting is replaced by this
+node, which continues from the token ids already received (the peer sent text and ids
+together), so the client's stream has no duplicated or missing text; with greedy sampling
+the text is that of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, replace
+
+from gateway.engines.backend import (
+    Backend,
+    BackendEvent,
+    Finished,
+    GenerationRequest,
+    PrefillProgress,
+    Started,
+    TokenEvent,
+)
+from gateway.metrics import GatewayMetrics
+from gateway.peers.nodes import PeerFailed, PeerNode, PeerRefused, Peers
+from gateway.protocol.peer import Ticket
+from gateway.scheduler.jobs import Priority
+from gateway.scheduler.slot import Scheduler
+
+log = logging.getLogger(__name__)
+RECHECK_SECONDS = 0.05  # how often a waiting request looks at the seats again
+
+
+@dataclass(frozen=True)
+class TicketSpec:
+    """What a request is as a ticket: a task type and its text arguments."""
+
+    task_type: str
+    args: dict[str, str]
+
+
+class Dispatcher:
+    def __init__(self, peers: Peers, scheduler: Scheduler, metrics: GatewayMetrics) -> None:
+        self.peers = peers
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self._waiting: list[tuple[int, int]] = []  # (class, arrival): who picks a seat next
+        self._arrivals = itertools.count()
+
+    async def generate(
+        self, spec: TicketSpec, request: GenerationRequest, local: Backend
+    ) -> AsyncGenerator[BackendEvent, None]:
+        """The request's events, from this node or from a peer (see the module's docstring)."""
+        model = local.model_id
+        while True:
+            node = await self._seat(request.priority, spec.task_type, model)
+            if node is None:
+                break
+            try:
+                async for event in self._via_peer(node, spec, request, local):
+                    yield event
+                return
+            except PeerRefused as exc:
+                log.info("ticket %s: %s", request.id, exc)
+                # Not asked again before its next heartbeat says it has a free seat.
+                node.busy_until = time.monotonic() + self.peers.settings.heartbeat_seconds
+                self.metrics.peer_tickets_sent.labels(node.url, "refused").inc()
+        async for event in local.generate(request):
+            yield event
+
+    async def _seat(self, priority: Priority, task_type: str, model: str) -> PeerNode | None:
+        """A peer with a free seat, or None to run here; waits while both are taken."""
+        me = (int(priority), next(self._arrivals))
+        heapq.heappush(self._waiting, me)
+        try:
+            while True:
+                if self._waiting[0] == me:
+                    if not self.scheduler.would_wait(priority):
+                        return None
+                    node = self.peers.available(task_type, model)
+                    if node is not None:
+                        node.in_flight += 1
+                        return node
+                    if not self.peers.any_can_run(task_type, model):
+                        return None  # no peer for it: queue here as usual
+                self.peers.changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.peers.changed.wait(), RECHECK_SECONDS)
+        finally:
+            self._waiting.remove(me)
+            heapq.heapify(self._waiting)
+            self.peers.changed.set()  # the next in line may pick now
+
+    async def _via_peer(
+        self, node: PeerNode, spec: TicketSpec, request: GenerationRequest, local: Backend
+    ) -> AsyncGenerator[BackendEvent, None]:
+        ticket = Ticket(ticket_id=request.id, task_type=spec.task_type, stream=True, args=spec.args)
+        sent_at = time.perf_counter()
+        received: list[int] = []
+        started = finished = False
+        outcome = "cancelled"
+        try:
+            async for event in self.peers.ticket_events(node, ticket):
+                if event.type == "started":
+                    started = True
+                    prompt_tokens = len(request.prompt.tokens or ()) or event.prompt_tokens
+                    yield Started(prompt_tokens, event.cached_tokens, node=node.url)
+                elif event.type == "progress":
+                    yield PrefillProgress(event.tokens_done)
+                elif event.type == "token":
+                    if not received:
+                        self.metrics.peer_first_token_seconds.labels(node.url).observe(
+                            time.perf_counter() - sent_at
+                        )
+                    received.extend(event.token_ids)
+                    yield TokenEvent(event.text, tuple(event.token_ids))
+                elif event.type == "result":
+                    usage = event.usage
+                    finished = True
+                    outcome = "ok"
+                    yield Finished(
+                        event.finish_reason,
+                        len(request.prompt.tokens or ()) or usage.prompt_tokens,
+                        usage.completion_tokens,
+                        usage.cached_tokens,
+                    )
+                else:  # an error event from the peer
+                    if not started:
+                        raise PeerRefused(f"{node.url}: {event.message}")
+                    raise PeerFailed("error", f"{node.url}: {event.message}")
+        except PeerRefused:
+            outcome = "refused"
+            raise
+        except PeerFailed as exc:
+            outcome = "failed_over"
+            self.metrics.peer_failures.labels(node.url, exc.reason).inc()
+            log.warning(
+                "ticket %s: %s; finishing it here after %d tokens", request.id, exc, len(received)
+            )
+            async for rest in self._resume_here(request, received, local):
+                yield rest
+            finished = True
+        finally:
+            node.in_flight -= 1
+            self.peers.changed.set()
+            if outcome != "refused":
+                self.metrics.peer_tickets_sent.labels(node.url, outcome).inc()
+                if finished:
+                    self.metrics.peer_ticket_seconds.labels(node.url).observe(
+                        time.perf_counter() - sent_at
+                    )
+
+    @staticmethod
+    async def _resume_here(
+        request: GenerationRequest, received: list[int], local: Backend
+    ) -> AsyncGenerator[BackendEvent, None]:
+        """The rest of a failed ticket, computed here after the tokens already sent."""
+        resumed = replace(request, resume=tuple(received))
+        async for local_event in local.generate(resumed):
+            if not isinstance(local_event, Started):
+                yield local_event
