@@ -95,12 +95,14 @@ def start_gateway(
     *,
     cpus: str | None = None,
     extra_env: dict[str, str] | None = None,
+    port: int | None = None,
 ) -> RunningGateway:
-    """A gateway process on a free port; ``cpus`` pins it to those cores (``taskset -c``)."""
+    """A gateway process on ``port`` (default: a free one); ``cpus`` pins it to those cores
+    (``taskset -c``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "gateway.toml"
     write_toml(config_path, config or {})
-    port = free_port()
+    port = port or free_port()
     log_path = workdir / "gateway.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     env.update(extra_env or {})

@@ -101,6 +101,9 @@ class Peers:
     # Set whenever a seat may have freed (a heartbeat, a ticket's end): dispatch re-checks.
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
+    # For tests: where requests go instead of the network.
+    transport: httpx.AsyncBaseTransport | None = None
+
     def __post_init__(self) -> None:
         self.nodes = [PeerNode(url.rstrip("/")) for url in self.settings.nodes]
         self._client: httpx.AsyncClient | None = None
@@ -109,7 +112,9 @@ class Peers:
     async def start(self) -> None:
         stall = self.settings.stall_seconds
         self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(stall, connect=min(stall, 3.0)), trust_env=False
+            timeout=httpx.Timeout(stall, connect=min(stall, 3.0)),
+            trust_env=False,
+            transport=self.transport,
         )
         if self.nodes:
             self._heartbeat = asyncio.create_task(self._heartbeats())
