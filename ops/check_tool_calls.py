@@ -44,6 +44,12 @@ def main() -> None:
                             max_tokens=120,
                         ).choices[0]
                         key = f"t={temperature} {json.dumps(choice)}"
+                        print(
+                            key,
+                            reply.finish_reason,
+                            [c.function.arguments for c in reply.message.tool_calls or []],
+                            flush=True,
+                        )
                         if not reply.message.tool_calls:
                             counts[f"{key} text ({reply.finish_reason})"] += 1
                             continue
