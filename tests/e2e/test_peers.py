@@ -226,7 +226,9 @@ def test_only_signed_requests_from_the_same_prompts_are_accepted(
     }
     for reason, answer in refusals.items():
         assert answer.status_code == 401, (reason, answer.text)
-    ticket = b'{"ticket_id": "t1", "task_type": "title", "stream": false, "args": {"conversation": "x"}}'
+    ticket = (
+        b'{"ticket_id": "t1", "task_type": "title", "stream": false, "args": {"conversation": "x"}}'
+    )
     mismatch = httpx.post(
         f"{b.base_url}/v1/peer/tickets",
         content=ticket,
