@@ -27,6 +27,7 @@ from gateway.config import Settings, TierSettings
 from gateway.engines.backend import Backend
 from gateway.engines.device import ComputePath, choose_compute_path
 from gateway.engines.local import LocalBackend
+from gateway.engines.prefix_disk import DiskPrefixes
 from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.residency import LocalModels, Resident
 from gateway.engines.runner import ModelRunner
@@ -137,6 +138,7 @@ class _Wiring:
     scheduler: Scheduler
     local_models: LocalModels
     prefix_store: PrefixCacheStore
+    disk: DiskPrefixes
     build_runner: RunnerFactory
     estimates: dict[str, int]  # bytes each local model will hold once loaded
 
@@ -165,7 +167,13 @@ class _Wiring:
                 keep_alive_seconds=tier.keep_alive_seconds,
             )
         )
-        return LocalBackend(name, resident, self.local_models, self.scheduler, self.prefix_store)
+        return LocalBackend(
+            name, resident, self.local_models, self.scheduler, self.prefix_store, self.disk
+        )
+
+
+def prefix_disk_folder(settings: Settings) -> Path:
+    return settings.cache_dir / "prefix-cache"
 
 
 def _describe(model: str) -> tuple[str, bool]:
@@ -270,6 +278,9 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
                 scheduler=scheduler,
                 local_models=local_models,
                 prefix_store=PrefixCacheStore(settings.cache.prefix_cache_bytes, metrics),
+                disk=DiskPrefixes(
+                    prefix_disk_folder(settings), settings.cache.persist_prefix_bytes
+                ),
                 build_runner=runner_factory or mlx_runner_factory(settings),
                 estimates=estimates,
             )
@@ -334,6 +345,11 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             if services is not None and services.peers is not None:
                 await services.peers.stop()
             for backend in backends:
+                if isinstance(backend, LocalBackend):
+                    try:
+                        await backend.persist()
+                    except Exception:  # a full disk must not stop the shutdown
+                        log.exception("tier %s: prefix caches not saved", backend.tier)
                 await backend.close()
             await local_models.stop()
             local_models.unload_all()

@@ -95,6 +95,12 @@ class CacheSettings(_Section):
         2 * 1024**3, ge=0, description="Byte budget of the prefix KV-cache store (LRU)."
     )
     hint_idle_seconds: float = Field(120.0, gt=0, description="A typing hint expires after this.")
+    persist_prefix_bytes: int = Field(
+        1024**3,
+        ge=0,
+        description="Byte budget of prefix KV caches saved to disk (complete typing hints, "
+        "and the in-memory entries at shutdown), reloaded after a restart; 0: none.",
+    )
 
 
 class TierSettings(_Section):

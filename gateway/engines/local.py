@@ -27,6 +27,7 @@ from gateway.engines.backend import (
     TextPrompt,
     ToolSpec,
 )
+from gateway.engines.prefix_disk import DiskPrefixes
 from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.residency import LocalModels, Resident
 from gateway.engines.runner import ModelRunner, PromptState
@@ -96,8 +97,10 @@ class LocalBackend:
         models: LocalModels,
         scheduler: Scheduler,
         prefix_store: PrefixCacheStore,
+        disk: DiskPrefixes | None = None,
     ) -> None:
         self.tier = tier
+        self.disk = disk if disk is not None and disk.enabled else None
         self.model_id = resident.model_id
         self.resident = resident
         self.models = models
@@ -219,7 +222,7 @@ class LocalBackend:
             params = replace(params, max_tokens=max(params.max_tokens - len(request.resume), 1))
         if runner.default_stop:
             params = replace(params, stop=(*params.stop, *runner.default_stop))
-        state = self.prefix_store.fetch(self.tier, prompt)
+        state = self._cached_prefix(runner, prompt)
         generation = runner.generate(
             prompt,
             params,
@@ -234,6 +237,39 @@ class LocalBackend:
         finally:
             if generation.state is not None:
                 self.prefix_store.insert(self.tier, generation.state)
+
+    def _cached_prefix(self, runner: ModelRunner, prompt: Sequence[int]) -> PromptState | None:
+        """The longest cached prefix: from memory, or from disk when that covers more."""
+        state = self.prefix_store.fetch(self.tier, prompt)
+        if self.disk is None:
+            return state
+        entry = self.disk.best(
+            runner.model_id, runner.fingerprint, prompt, len(state.tokens) if state else 0
+        )
+        cache = self.disk.load(entry) if entry is not None else None
+        if entry is None or cache is None:
+            return state
+        log.info("tier %s: %d prompt tokens loaded from disk", self.tier, len(entry.tokens))
+        self.prefix_store.insert(self.tier, PromptState(cache, entry.tokens))
+        return self.prefix_store.fetch(self.tier, prompt)  # a private copy
+
+    async def persist(self) -> int:
+        """Save this tier's in-memory prefix caches to disk (at shutdown); how many were new."""
+        runner = self.resident.runner
+        if self.disk is None or runner is None:
+            return 0
+        disk = self.disk
+
+        def save_all() -> int:
+            return sum(
+                disk.save(runner.model_id, runner.fingerprint, state.tokens, state.cache)
+                for state in self.prefix_store.entries(self.tier)
+            )
+
+        saved = int(await self.scheduler.run_on_engine_thread(save_all))
+        if saved:
+            log.info("tier %s: %d prefix caches saved to disk", self.tier, saved)
+        return saved
 
     async def abort(self, request_id: str) -> bool:
         job = self._jobs.get(request_id)
@@ -262,13 +298,15 @@ class LocalBackend:
 
     def _prefill(self, runner: ModelRunner, tokens: list[int]) -> Iterator[BackendEvent]:
         """The pre-prefill job's steps, on the inference thread."""
-        state = self.prefix_store.fetch(self.tier, tokens)
+        state = self._cached_prefix(runner, tokens)
         cache = state.cache if state is not None else runner.new_cache()
         cached = len(state.tokens) if state is not None else 0
         yield Started(len(tokens), cached)
         try:
             for done in runner.prefill(tokens[cached:], cache):
                 yield PrefillProgress(cached + done)
+            if self.disk is not None:  # complete: worth keeping across a restart
+                self.disk.save(runner.model_id, runner.fingerprint, tokens, cache)
         finally:
             # Also when cancelled half-way: what was computed is kept for the next hint.
             offset = runner.cache_length(cache)

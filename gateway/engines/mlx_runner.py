@@ -27,6 +27,7 @@ from gateway.engines.backend import (
 from gateway.engines.constrained import GrammarConstraint, make_llg_tokenizer
 from gateway.engines.device import ComputePath
 from gateway.engines.logprobs import TokenSpeller
+from gateway.engines.prefix_disk import weights_fingerprint
 from gateway.engines.runner import KVCache, PromptState
 from gateway.engines.stops import StopMatcher
 from gateway.engines.tool_format import (
@@ -115,6 +116,7 @@ class MLXRunner:
         self.model_id = model_id
         self.compute = compute
         self.folder = folder
+        self.fingerprint = weights_fingerprint(folder)
         self._llg_tokenizer: Any = None  # built on the first constrained request
         self.model, self.tokenizer, config = cast(
             tuple[Any, Any, dict[str, Any]], load(str(folder), return_config=True)

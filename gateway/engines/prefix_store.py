@@ -69,6 +69,16 @@ class PrefixCacheStore:
         if self.metrics is not None:
             self.metrics.prefix_cache_bytes.set(self.nbytes)
 
+    def entries(self, model: str) -> list[PromptState]:
+        """The stored states of ``model``, most recently inserted last (not copies: read only)."""
+        lru = self._lru
+        states = []
+        for order in lru._lru._lrus.values():
+            for key in [k for k in order if k[0] == model]:
+                entry = lru._trie.get(*key)
+                states.append(PromptState(entry.prompt_cache, tuple(key[1])))
+        return states
+
     def drop_model(self, model: str) -> int:
         """Forget every entry of ``model`` (it was unloaded); returns the bytes freed."""
         # LRUPromptCache has no per-model removal; its trie and LRU order are walked here.

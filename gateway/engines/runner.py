@@ -49,6 +49,8 @@ class ModelRunner(Protocol):
     """A loaded model."""
 
     model_id: str
+    # Identifies this import of the model's weights (caches on disk are keyed by it).
+    fingerprint: str
     context_length: int
     vocab_size: int
     # Stop strings the model needs with every request (a base model's turn marker).

@@ -39,6 +39,7 @@ class FakeGeneration:
 
 class FakeRunner:
     model_id = "fake"
+    fingerprint = "fake"
     context_length = 4096
     vocab_size = 256
     default_stop: tuple[str, ...] = ()
