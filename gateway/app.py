@@ -173,7 +173,7 @@ class _Wiring:
 
 
 def prefix_disk_folder(settings: Settings) -> Path:
-    return settings.cache_dir / "prefix-cache"
+    return settings.cache.persist_folder or settings.cache_dir / "prefix-cache"
 
 
 def _describe(model: str) -> tuple[str, bool]:

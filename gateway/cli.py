@@ -7,6 +7,7 @@ import functools
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 from gateway.config import ConfigError, load_settings
@@ -76,6 +77,27 @@ def _progress(model_id: str, message: str) -> None:
     print(f"  {model_id}: {message}", flush=True)
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    from gateway.app import prefix_disk_folder
+    from gateway.engines.prefix_disk import DiskPrefixes
+
+    settings = _settings_from(args)
+    disk = DiskPrefixes(prefix_disk_folder(settings), settings.cache.persist_prefix_bytes)
+    if args.cache_command == "clear":
+        print(f"removed {disk.clear()} saved prefix caches from {disk.folder}")
+        return 0
+    entries = disk.list()
+    for entry in entries:
+        modified = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.modified))
+        print(
+            f"{entry.model:24} {entry.fingerprint}  {len(entry.tokens):6d} tokens "
+            f"{entry.nbytes / 1e6:9.1f} MB  {modified}  {entry.path.name}"
+        )
+    total = sum(e.nbytes for e in entries)
+    print(f"{len(entries)} saved prefix caches, {total / 1e6:.1f} MB, in {disk.folder}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from gateway.bench import run_bench
 
@@ -102,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     importing.add_argument("models", nargs="*", help="model ids (default: the default model)")
     importing.add_argument("--force", action="store_true", help="import again even if present")
     importing.set_defaults(func=cmd_models_import)
+
+    cache = sub.add_parser("cache", help="prefix KV caches saved to disk")
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True)
+    for name, text in (("list", "the saved prefix caches"), ("clear", "remove them all")):
+        cache_sub.add_parser(name, parents=[common], help=text).set_defaults(func=cmd_cache)
 
     bench = sub.add_parser("bench", parents=[common], help="measure; see ops/README.md")
     from gateway.bench import add_bench_arguments

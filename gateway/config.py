@@ -101,6 +101,9 @@ class CacheSettings(_Section):
         description="Byte budget of prefix KV caches saved to disk (complete typing hints, "
         "and the in-memory entries at shutdown), reloaded after a restart; 0: none.",
     )
+    persist_folder: Path | None = Field(
+        None, description="Where they are saved (default: <cache_dir>/prefix-cache)."
+    )
 
 
 class TierSettings(_Section):

@@ -101,7 +101,10 @@ def start_gateway(
     (``taskset -c``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "gateway.toml"
-    write_toml(config_path, config or {})
+    config = dict(config or {})
+    # Each gateway saves its prefix caches in its own folder: none leaks into another test.
+    config["cache"] = {"persist_folder": str(workdir / "prefix-cache"), **config.get("cache", {})}
+    write_toml(config_path, config)
     port = port or free_port()
     log_path = workdir / "gateway.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}

@@ -62,7 +62,8 @@ def read_header(path: Path) -> dict[str, str]:
     metadata = header.get("__metadata__")
     if not isinstance(metadata, dict):
         raise ValueError("no metadata")
-    return metadata
+    # mlx-lm stores [metadata, cache classes, scalars] flattened: ours are the "0." keys.
+    return {k[2:]: v for k, v in metadata.items() if k.startswith("0.")}
 
 
 class DiskPrefixes:

@@ -1,0 +1,79 @@
+"""Prefix KV caches saved to disk: a warm system prompt survives a restart."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from gateway.bench.process import start_gateway
+
+SYSTEM = "You are the reference librarian of a maritime museum. " * 12
+HISTORY = [{"role": "system", "content": SYSTEM}]
+
+
+def ask(base_url: str, question: str) -> dict[str, object]:
+    body = {
+        "model": "smollm2-135m-instruct",
+        "messages": [*HISTORY, {"role": "user", "content": question}],
+        "max_tokens": 2,
+        "temperature": 0,
+    }
+    answer = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["usage"]  # type: ignore[no-any-return]
+
+
+def cache_command(workdir: Path, *args: str) -> str:
+    config = workdir / "gateway.toml"
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "cache", *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_a_restart_keeps_the_system_prompt_warm(tmp_path: Path) -> None:
+    workdir = tmp_path / "node"
+    first = start_gateway(workdir)
+    try:
+        # A typing hint warms the system prompt; complete, it is also saved to disk.
+        hint = httpx.post(
+            f"{first.base_url}/v1/typing",
+            json={"model": "smollm2-135m-instruct", "messages": HISTORY},
+        ).json()
+        cold = ask(first.base_url, "Which ships do you have?")
+        assert httpx.get(f"{first.base_url}/v1/typing/{hint['id']}").json()["state"] == "used"
+    finally:
+        first.stop()
+    listing = cache_command(workdir, "list")
+    assert "smollm2-135m-instruct" in listing and "saved prefix caches" in listing
+
+    second = start_gateway(workdir)
+    try:
+        warm = ask(second.base_url, "Do you have maps of the Baltic?")
+    finally:
+        second.stop()
+    system_tokens = cold["prompt_tokens_details"]["cached_tokens"]  # type: ignore[index]
+    assert system_tokens > 100  # the hint covered the system prompt
+    assert warm["prompt_tokens_details"]["cached_tokens"] >= system_tokens  # type: ignore[index]
+    assert "loaded from disk" in second.log()
+
+    # A damaged file is ignored with a log line; the gateway answers as if it were absent.
+    saved = sorted((workdir / "prefix-cache").rglob("*.safetensors"))
+    assert saved
+    for path in saved:
+        path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 3])
+    third = start_gateway(workdir)
+    try:
+        after = ask(third.base_url, "Do you have maps of the Baltic?")
+    finally:
+        third.stop()
+    assert after["prompt_tokens_details"]["cached_tokens"] == 0  # type: ignore[index]
+    assert "ignored" in third.log()
+    assert "removed" in cache_command(workdir, "clear")
+    assert "0 saved prefix caches" in cache_command(workdir, "list")
