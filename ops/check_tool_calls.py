@@ -9,6 +9,7 @@ Run: .venv/bin/python ops/check_tool_calls.py
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -26,12 +27,15 @@ CHOICES: list[object] = ["required", {"type": "function", "function": {"name": "
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+    args = parser.parse_args()
     counts: Counter[str] = Counter()
     with tempfile.TemporaryDirectory() as workdir:
         gateway = start_gateway(Path(workdir))
         try:
             client = gateway.openai(timeout=120)
-            for temperature in (0.0, 1.0):
+            for temperature in args.temperatures:
                 for choice in CHOICES:
                     for seed, prompt in enumerate(PROMPTS):
                         reply = client.chat.completions.create(

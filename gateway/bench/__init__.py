@@ -7,6 +7,7 @@ import importlib
 
 BENCHMARKS = {
     "chat": "gateway over HTTP vs raw mlx-lm: time to first token, decode tokens/s, memory",
+    "restart": "time to first token after a restart (prefix cache from disk) vs a warm hit",
     "peers": "20 requests on one node (1 core) vs two peered nodes (1 core each): throughput",
     "oversized": "a normal request's latency, idle vs 8 clients posting oversized conversations",
     "priority": "a user request's time to first token, idle vs 4 background generations",
