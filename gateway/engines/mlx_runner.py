@@ -8,7 +8,7 @@ usage counts and the cache state left behind for reuse.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -177,7 +177,7 @@ class MLXRunner:
             tokenize=True,
             **extra,
         )
-        if isinstance(rendered, dict):  # some transformers versions return a BatchEncoding
+        if isinstance(rendered, Mapping):  # some transformers versions return a BatchEncoding
             rendered = rendered["input_ids"]
         return [int(t) for t in rendered]
 
