@@ -250,8 +250,8 @@ class LocalBackend:
         if entry is None or cache is None:
             return state
         log.info("tier %s: %d prompt tokens loaded from disk", self.tier, len(entry.tokens))
-        self.prefix_store.insert(self.tier, PromptState(cache, entry.tokens))
-        return self.prefix_store.fetch(self.tier, prompt)  # a private copy
+        # Used as it is (no copy): the job's final state, which extends it, goes to memory.
+        return PromptState(cache, entry.tokens)
 
     async def persist(self) -> int:
         """Save this tier's in-memory prefix caches to disk (at shutdown); how many were new."""

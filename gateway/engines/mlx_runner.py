@@ -142,8 +142,18 @@ class MLXRunner:
             getattr(self.tokenizer, "chat_template", None)
         )
         self._speller: TokenSpeller | None = None  # built on the first request for logprobs
+        self._warm_up()
         mx.reset_peak_memory()  # report the serving peak, not the load-time conversion
         log.info("model %s ready on %s", model_id, compute.as_dict())
+
+    def _warm_up(self) -> None:
+        """One forward pass at load: MLX prepares its kernels on first use (Metal compiles
+        them), which would otherwise land on the first request after a start."""
+        import mlx.core as mx
+
+        cache = self.new_cache()
+        first = int(next(iter(self.eos_token_ids), 0))
+        mx.eval(self.model(mx.array([[first, first]]), cache=cache))
 
     def close(self) -> None:
         import mlx.core as mx
