@@ -6,6 +6,7 @@ import argparse
 import importlib
 
 BENCHMARKS = {
+    "ceiling": "decode tokens/s as a fraction of weights bytes / measured matrix-vector bandwidth",
     "chat": "gateway over HTTP vs raw mlx-lm: time to first token, decode tokens/s, memory",
     "restart": "time to first token after a restart (prefix cache from disk) vs a warm hit",
     "peers": "20 requests on one node (1 core) vs two peered nodes (1 core each): throughput",
@@ -13,6 +14,7 @@ BENCHMARKS = {
     "priority": "a user request's time to first token, idle vs 4 background generations",
     "typing": "time to first token cold vs after a ready typing hint (1,500+ token context)",
     "structured": "decode tokens/s with constrained decoding (llguidance) vs without",
+    "versus": "the gateway vs mlx_lm.server: cold, multi-turn and hinted TTFT, decode tokens/s",
     "upstream": "an OpenAI-upstream tier vs the same mlx_lm.server called directly",
 }
 

@@ -1,0 +1,163 @@
+"""The gateway vs ``mlx_lm.server`` (the same engine library's own server), side by side.
+
+Both serve the same weights (on a Linux CPU both get the float32 dequantized copy the gateway
+computes with; on a Mac both get the 4-bit folder) and are called alternately in every run:
+
+* cold: a fresh ~1,600-token chat (a unique tag leads its system prompt) and a new message;
+* multi-turn: the same chat's next turn (the first answer and another message appended);
+* hinted: a fresh chat whose history the gateway was told about by a typing hint before
+  "Enter" (``mlx_lm.server`` cannot be told, so its row is what it does with the same request);
+* decode tokens/s: over the cold runs' streamed tokens.
+
+Speculative first tokens (issue 12) are not built, so there is no "hinted + speculated" row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gateway.bench.process import start_gateway, start_mlx_lm_server
+from gateway.bench.stats import Summary, ratio, table, write_json
+from gateway.bench.typing import NEW_MESSAGE, _ready_hint, fixed_context
+
+SECOND_MESSAGE = "And which one should I keep for last?"
+GATEWAY, SERVER = "gateway", "mlx_lm.server"
+
+
+def float32_copy(folder: Path, workdir: Path) -> Path:
+    """The model dequantized to float32, as the gateway runs it on a Linux CPU."""
+    out = workdir / "float32-model"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlx_lm.convert",
+            "--hf-path",
+            str(folder),
+            "--mlx-path",
+            str(out),
+            "-d",
+            "--dtype",
+            "float32",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def stream(
+    client: httpx.Client, path: str, model: str, messages: list[dict[str, str]], max_tokens: int
+) -> dict[str, Any]:
+    """Time to first token, decode tokens/s and the text of one greedy streamed request."""
+    body = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
+    times: list[float] = []
+    text: list[str] = []
+    started = time.perf_counter()
+    with client.stream("POST", path, json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
+                times.append(time.perf_counter())
+                text.append(chunk["choices"][0]["delta"]["content"])
+    decode = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+    return {"ttft": times[0] - started, "decode": decode, "text": "".join(text)}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from gateway.config import default_cache_dir
+    from gateway.engines.device import choose_compute_path
+    from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
+
+    folder = ModelStore(Path(args.cache_dir or default_cache_dir())).ensure(DEFAULT_MODEL_ID)
+    workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-versus-"))
+    compute = choose_compute_path()
+    served = float32_copy(folder, workdir) if compute.dequantize else folder
+    server = start_mlx_lm_server(workdir / "server", served)
+    gateway = None
+    rows: dict[tuple[str, str], list[float]] = {}
+
+    def note(metric: str, who: str, value: float) -> None:
+        rows.setdefault((metric, who), []).append(value)
+
+    try:
+        gateway = start_gateway(workdir / "gateway")
+        with (
+            gateway.http() as ours,
+            httpx.Client(base_url=server.base_url + "/", timeout=600) as theirs,
+        ):
+            targets = {
+                GATEWAY: (ours, "/v1/chat/completions", DEFAULT_MODEL_ID),
+                SERVER: (theirs, "chat/completions", server.model),
+            }
+            for index in range(args.runs + 1):
+                for who, (client, path, model) in targets.items():
+                    context = fixed_context(f"{who}-{index}-{uuid.uuid4().hex[:8]}")
+                    first = [*context, {"role": "user", "content": NEW_MESSAGE}]
+                    cold = stream(client, path, model, first, args.max_tokens)
+                    again = [
+                        *first,
+                        {"role": "assistant", "content": cold["text"]},
+                        {"role": "user", "content": SECOND_MESSAGE},
+                    ]
+                    turn = stream(client, path, model, again, 4)
+                    hinted_context = fixed_context(f"{who}-hinted-{index}-{uuid.uuid4().hex[:8]}")
+                    if who == GATEWAY:
+                        _ready_hint(client, hinted_context)
+                    hinted = stream(
+                        client,
+                        path,
+                        model,
+                        [*hinted_context, {"role": "user", "content": NEW_MESSAGE}],
+                        4,
+                    )
+                    if index == 0:
+                        continue  # the warm-up
+                    note("cold TTFT (s)", who, cold["ttft"])
+                    note("multi-turn TTFT (s)", who, turn["ttft"])
+                    note("hinted TTFT (s)", who, hinted["ttft"])
+                    note("decode tokens/s", who, cold["decode"])
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        server.stop()
+    summaries = {key: Summary.of(values) for key, values in rows.items()}
+    print(table([(metric, who, s) for (metric, who), s in summaries.items()]))
+    result: dict[str, Any] = {
+        "benchmark": "versus",
+        "runs": args.runs,
+        "max_tokens": args.max_tokens,
+        "weights": "float32" if compute.dequantize else "4-bit",
+        "summaries": {f"{m}/{w}": s.as_dict() for (m, w), s in summaries.items()},
+        "ratios_server_over_gateway": {},
+    }
+    print()
+    for metric in ("cold TTFT (s)", "multi-turn TTFT (s)", "hinted TTFT (s)", "decode tokens/s"):
+        theirs_over_ours = ratio(summaries[(metric, SERVER)], summaries[(metric, GATEWAY)])
+        result["ratios_server_over_gateway"][metric] = theirs_over_ours
+        print(f"{metric:24} mlx_lm.server / gateway (medians): {theirs_over_ours:.2f}")
+    return result
+
+
+def main(args: argparse.Namespace) -> int:
+    write_json(args.json, run(args))
+    return 0
