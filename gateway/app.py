@@ -56,6 +56,7 @@ from gateway.serving.chat import ChatService
 from gateway.serving.completions import CompletionsService
 from gateway.serving.dispatch import Dispatcher
 from gateway.serving.openai_chat import OpenAIChat
+from gateway.serving.speculation import Speculator
 from gateway.serving.tasks import TaskPrompts, TaskService
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.serving.typing import TypingService
@@ -298,8 +299,11 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             registry = TierRegistry(tiers, settings.aliases, settings.default_tier)
             catalog = TaskCatalog.load([BUILTIN_PROMPTS, *settings.task_folders])
             task_prompts = TaskPrompts(catalog, registry)
+            speculator = Speculator(
+                metrics, settings.cache.speculate_after_seconds, settings.cache.speculate_tokens
+            )
             typing = TypingService(
-                registry, metrics, settings.cache.hint_idle_seconds, task_prompts
+                registry, metrics, settings.cache.hint_idle_seconds, task_prompts, speculator
             )
             peers = dispatcher = None
             peer_settings = settings.peers

@@ -101,6 +101,15 @@ class CacheSettings(_Section):
         description="Byte budget of prefix KV caches saved to disk (complete typing hints, "
         "and the in-memory entries at shutdown), reloaded after a restart; 0: none.",
     )
+    speculate_after_seconds: float = Field(
+        0.6,
+        ge=0,
+        description="After this pause in typing, the answer's first tokens are "
+        "computed ahead (hints with a draft).",
+    )
+    speculate_tokens: int = Field(
+        16, ge=0, description="How many tokens to compute ahead; 0: no speculation."
+    )
     persist_folder: Path | None = Field(
         None, description="Where they are saved (default: <cache_dir>/prefix-cache)."
     )

@@ -167,6 +167,19 @@ class GatewayMetrics:
             ["tier", "error"],
             registry=r,
         )
+        # Speculative first tokens (no counterpart: nobody else sees the draft).
+        self.speculations = Counter(
+            "gateway_speculations",
+            "Speculative first tokens: started, used, discarded_<reason> (mismatch, sampling, "
+            "incomplete, preempted, superseded, unused, expired, failed).",
+            ["event"],
+            registry=r,
+        )
+        self.speculated_tokens_served = Counter(
+            "gateway_speculated_tokens_served",
+            "Tokens sent to clients from a speculation instead of being generated on Enter.",
+            registry=r,
+        )
         # Peers (no vLLM/llama.cpp counterpart): tickets between gateways.
         self.peer_tickets_sent = Counter(
             "gateway_peer_tickets_sent",

@@ -26,6 +26,7 @@ from gateway.bench.stats import Summary, ratio, table, write_json
 from gateway.modelstore.store import DEFAULT_MODEL_ID
 
 NEW_MESSAGE = "Given all that, which city should I visit first, and why?"
+SPECULATED_MAX_TOKENS = 32  # more than the 16 speculated: the rest follows from their cache
 CITIES = ["Lisbon", "Porto", "Seville", "Valencia", "Bologna", "Lyon", "Ghent", "Krakow"]
 
 
@@ -100,17 +101,28 @@ def _raw_tail_floor() -> Callable[[], float]:
     return measure
 
 
-def _ttft(client: httpx.Client, messages: list[dict[str, str]]) -> tuple[float, dict[str, Any]]:
+def _ttft(
+    client: httpx.Client, messages: list[dict[str, str]], max_tokens: int = 4
+) -> tuple[float, dict[str, Any]]:
+    first, usage, _ = _ttft_text(client, messages, max_tokens)
+    return first, usage
+
+
+def _ttft_text(
+    client: httpx.Client, messages: list[dict[str, str]], max_tokens: int = 4
+) -> tuple[float, dict[str, Any], str]:
+    """Time to first token, usage and the text of one greedy streamed request."""
     body = {
         "model": DEFAULT_MODEL_ID,
         "messages": messages,
-        "max_tokens": 4,
+        "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
     first = None
     usage: dict[str, Any] = {}
+    text: list[str] = []
     started = time.perf_counter()
     with client.stream("POST", "/v1/chat/completions", json=body) as response:
         response.raise_for_status()
@@ -118,12 +130,26 @@ def _ttft(client: httpx.Client, messages: list[dict[str, str]]) -> tuple[float, 
             if not line.startswith("data: {"):
                 continue
             chunk = json.loads(line[6:])
-            if first is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                first = time.perf_counter() - started
+            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                first = first or time.perf_counter() - started
+                text.append(chunk["choices"][0]["delta"]["content"])
             if chunk.get("usage"):
                 usage = chunk["usage"]
     assert first is not None, "no token received"
-    return first, usage
+    return first, usage, "".join(text)
+
+
+def _speculated_hint(client: httpx.Client, messages: list[dict[str, str]], draft: str) -> None:
+    """A hint with the draft, followed until its answer's first tokens are computed."""
+    hint = client.post(
+        "/v1/typing", json={"messages": messages, "draft": draft, "session": "bench"}
+    ).json()
+    deadline = time.monotonic() + 600
+    while hint["state"] != "speculated":
+        if hint["state"] not in ("queued", "computing", "ready") or time.monotonic() > deadline:
+            raise RuntimeError(f"hint ended {hint['state']} without a speculation")
+        time.sleep(0.02)
+        hint = client.get(f"/v1/typing/{hint['id']}").json()
 
 
 def _ready_hint(client: httpx.Client, messages: list[dict[str, str]]) -> dict[str, Any]:
@@ -145,7 +171,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "warm (ready hint)": [],
         "raw tail on cached ctx": [],
         "tail-only prompt": [],
+        "hinted + speculated": [],
     }
+    identical: list[bool] = []
     details: list[dict[str, Any]] = []
     question = {"role": "user", "content": NEW_MESSAGE}
     try:
@@ -157,6 +185,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 warm, warm_usage = _ttft(client, [*warm_context, question])
                 tail_system = {"role": "system", "content": f"Session {uuid.uuid4().hex[:8]}."}
                 tail, tail_usage = _ttft(client, [tail_system, question])
+                spec_context = fixed_context(uuid.uuid4().hex[:8])
+                _speculated_hint(client, spec_context, NEW_MESSAGE)
+                body = [*spec_context, question]
+                speculated, _, spec_text = _ttft_text(client, body, SPECULATED_MAX_TOKENS)
+                # The same request again, with nothing speculated: the text must be the same.
+                _, _, plain_text = _ttft_text(client, body, SPECULATED_MAX_TOKENS)
+                identical.append(spec_text == plain_text)
+                samples["hinted + speculated"].append(speculated)
                 samples["cold"].append(cold)
                 samples["warm (ready hint)"].append(warm)
                 samples["raw tail on cached ctx"].append(raw_floor())
@@ -210,6 +246,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     print(f"tokens of the last run: {details[-1]}")
     print(
+        f"hinted + speculated: median {1000 * summaries['hinted + speculated'].median:.1f} ms "
+        f"(goal <= 50); text identical to the run without speculation in "
+        f"{sum(identical[1:])} of {len(identical) - 1} runs"
+    )
+    print(
         f"multi-turn without hints: turn 2 cached {second['usage']['prompt_tokens_details']['cached_tokens']}"
         f" of turn 1's {turn_one_total} prompt+answer tokens ({100 * reused:.1f}%)"
     )
@@ -222,6 +263,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ratio_warm_over_tail_only_prompt": versus_tail,
         "tokens": details[1:],
         "multi_turn_reuse_fraction": reused,
+        "speculated_identical_runs": sum(identical[1:]),
     }
 
 

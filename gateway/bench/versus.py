@@ -7,9 +7,9 @@ computes with; on a Mac both get the 4-bit folder) and are called alternately in
 * multi-turn: the same chat's next turn (the first answer and another message appended);
 * hinted: a fresh chat whose history the gateway was told about by a typing hint before
   "Enter" (``mlx_lm.server`` cannot be told, so its row is what it does with the same request);
+* hinted + speculated: as hinted, with the new message as the hint's draft and a pause
+  long enough for the gateway to compute the answer's first tokens ahead;
 * decode tokens/s: over the cold runs' streamed tokens.
-
-Speculative first tokens (issue 12) are not built, so there is no "hinted + speculated" row.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import httpx
 
 from gateway.bench.process import start_gateway, start_mlx_lm_server
 from gateway.bench.stats import Summary, ratio, table, write_json
-from gateway.bench.typing import NEW_MESSAGE, _ready_hint, fixed_context
+from gateway.bench.typing import NEW_MESSAGE, _ready_hint, _speculated_hint, fixed_context
 
 SECOND_MESSAGE = "And which one should I keep for last?"
 GATEWAY, SERVER = "gateway", "mlx_lm.server"
@@ -130,8 +130,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         [*hinted_context, {"role": "user", "content": NEW_MESSAGE}],
                         4,
                     )
+                    spec_context = fixed_context(f"{who}-spec-{index}-{uuid.uuid4().hex[:8]}")
+                    if who == GATEWAY:
+                        _speculated_hint(client, spec_context, NEW_MESSAGE)
+                    speculated = stream(
+                        client,
+                        path,
+                        model,
+                        [*spec_context, {"role": "user", "content": NEW_MESSAGE}],
+                        32,
+                    )
                     if index == 0:
                         continue  # the warm-up
+                    note("hinted + speculated TTFT (s)", who, speculated["ttft"])
                     note("cold TTFT (s)", who, cold["ttft"])
                     note("multi-turn TTFT (s)", who, turn["ttft"])
                     note("hinted TTFT (s)", who, hinted["ttft"])
@@ -151,7 +162,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ratios_server_over_gateway": {},
     }
     print()
-    for metric in ("cold TTFT (s)", "multi-turn TTFT (s)", "hinted TTFT (s)", "decode tokens/s"):
+    for metric in (
+        "cold TTFT (s)",
+        "multi-turn TTFT (s)",
+        "hinted TTFT (s)",
+        "hinted + speculated TTFT (s)",
+        "decode tokens/s",
+    ):
         theirs_over_ours = ratio(summaries[(metric, SERVER)], summaries[(metric, GATEWAY)])
         result["ratios_server_over_gateway"][metric] = theirs_over_ours
         print(f"{metric:24} mlx_lm.server / gateway (medians): {theirs_over_ours:.2f}")

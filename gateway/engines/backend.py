@@ -119,6 +119,8 @@ class GenerationRequest:
     # Completion tokens already generated elsewhere (a peer that failed mid-stream): the
     # generation continues after them, their text is not sent again, and they count in usage.
     resume: tuple[int, ...] = ()
+    # The start of an answer computed ahead (typing hints): any other job cancels it.
+    speculative: bool = False
 
 
 # -- events ------------------------------------------------------------------------------------

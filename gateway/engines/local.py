@@ -199,7 +199,7 @@ class LocalBackend:
             job = Job(
                 priority=request.priority,
                 work=lambda: self._work(runner, request, job),
-                kind="chat",
+                kind="speculation" if request.speculative else "chat",
             )
             self.scheduler.submit(job)
             self._jobs[request.id] = job

@@ -44,6 +44,9 @@ class SchedulerConfig:
     prefill_freeze_max: float = 5.0
 
 
+SPECULATION = "speculation"  # the job kind of speculative first tokens
+
+
 class _SliceEnd:
     DONE = "done"
     CANCELLED = "cancelled"
@@ -159,7 +162,7 @@ class Scheduler:
         if waiting or self.gates.holds(priority, now):
             return True
         running = self.running
-        if running is None or running.finished:
+        if running is None or running.finished or running.kind == SPECULATION:
             return False
         preempts = (
             priority is Priority.USER
@@ -167,6 +170,9 @@ class Scheduler:
             and running.priority is not Priority.USER
         )
         return not preempts
+
+    def _anyone_waiting(self) -> bool:
+        return any(not job.cancel_requested for queue in self.queues.values() for job in queue)
 
     @property
     def idle(self) -> bool:
@@ -230,6 +236,9 @@ class Scheduler:
 
     def _maybe_preempt(self) -> None:
         running = self.running
+        if running is not None and running.kind == SPECULATION and self._anyone_waiting():
+            running.cancel()  # speculative work gives way to anything, and is not resumed
+            return
         if running is None or not running.preemptible or running.priority is Priority.USER:
             return
         if any(not j.cancel_requested for j in self.queues[Priority.USER]):

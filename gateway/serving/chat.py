@@ -43,6 +43,7 @@ from gateway.protocol.openai import (
 )
 from gateway.scheduler.jobs import Priority
 from gateway.serving.dispatch import Dispatcher, TicketSpec
+from gateway.serving.speculation import speculated_events
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.serving.tool_calls import ReplyPiece, TextPiece, ToolCall, ToolCallParser
 from gateway.serving.typing import TypingService
@@ -334,12 +335,18 @@ class ChatService:
     async def start(self, chat: PreparedChat) -> ChatRun:
         """Hand the chat to its backend and wait until it computes (raises 429/502/503...)."""
         backend = chat.tier.backend
+        speculation = None
         if chat.prompt.tokens is not None and backend.capabilities.typing_hints:
+            speculation = self.typing.take_speculation(
+                chat.tier.name, chat.prompt.tokens, chat.params, chat.session
+            )
             await self.typing.join(chat.tier.name, chat.prompt.tokens, chat.session)
         if self.closing:
             raise ShuttingDownError()
         request = chat.generation_request()
-        if self.dispatcher is not None and chat.ticket is not None and chat.prompt.tokens:
+        if speculation is not None:
+            events = speculated_events(speculation, request, backend)
+        elif self.dispatcher is not None and chat.ticket is not None and chat.prompt.tokens:
             events = self.dispatcher.generate(chat.ticket, request, backend)
         else:
             events = backend.generate(request)

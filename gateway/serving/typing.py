@@ -31,12 +31,20 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from gateway.engines.backend import ChatMessage, Started, Warmable, Warmup
+from gateway.engines.backend import (
+    ChatMessage,
+    SamplingParams,
+    Started,
+    ToolSpec,
+    Warmable,
+    Warmup,
+)
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import shorten
 from gateway.protocol.typing import TypingHint, TypingHintRequest
 from gateway.serving.messages import template_messages, tool_specs
+from gateway.serving.speculation import Speculation, Speculator
 from gateway.serving.tiers import Tier, TierRegistry
 
 if TYPE_CHECKING:  # tasks run through the chat service, which joins hints: no import cycle
@@ -79,11 +87,17 @@ class Hint:
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     mismatch_counted: bool = False
     expiry: asyncio.TimerHandle | None = None
+    # What a speculation answers: the conversation with the draft as the last user message.
+    answer_to: tuple[ChatMessage, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    speculated_tokens: int | None = None
 
     def view(self) -> TypingHint:
+        speculated = self.state is PrefillState.READY and self.speculated_tokens is not None
         return TypingHint(
             id=self.id,
-            state=self.state.value,
+            state="speculated" if speculated else self.state.value,
+            speculated_tokens=self.speculated_tokens,
             model=self.model,
             session=self.session,
             prefix_tokens=len(self.tokens),
@@ -111,8 +125,10 @@ class TypingService:
         metrics: GatewayMetrics,
         idle_seconds: float,
         task_prompts: TaskPrompts | None = None,
+        speculator: Speculator | None = None,
     ) -> None:
         self.registry = registry
+        self.speculator = speculator
         self.metrics = metrics
         self.idle_seconds = idle_seconds
         self.task_prompts = task_prompts
@@ -131,9 +147,8 @@ class TypingService:
                 param="model",
             )
         backend: Any = tier.backend  # a Warmable: its capabilities say so
-        tokens = await backend.render_fixed_prefix(
-            messages, request.draft, tool_specs(request.tools)
-        )
+        tools = tool_specs(request.tools)
+        tokens = await backend.render_fixed_prefix(messages, request.draft, tools)
         context = tier.backend.context_length
         if context is not None and len(tokens) >= context:
             raise InvalidRequestError(
@@ -151,7 +166,10 @@ class TypingService:
             created_at=now,
             expires_at=now + self.idle_seconds,
             backend=backend,
+            tools=tools,
         )
+        if request.messages is not None and request.draft and request.draft.strip():
+            hint.answer_to = (*messages, {"role": "user", "content": request.draft})
         backend.note_typing()
         backend.hold_prefill_freeze(hint.id)
         try:
@@ -239,6 +257,7 @@ class TypingService:
         finally:
             if hint.state is PrefillState.COMPUTING and hint.warmup.completed:
                 hint.state = PrefillState.READY
+                self._schedule_speculation(hint)
                 # Idle from now on: a hint never expires while it waits for or holds the slot.
                 hint.expires_at = time.time() + self.idle_seconds
                 hint.expiry = asyncio.get_running_loop().call_later(
@@ -248,7 +267,35 @@ class TypingService:
                 self._end(hint, PrefillState.ABORTED)
             hint.finished.set()
 
+    def _schedule_speculation(self, hint: Hint) -> None:
+        speculator = self.speculator
+        if speculator is None or not hint.answer_to:
+            return
+        tier = self.registry.resolve(hint.tier)
+        pause_left = speculator.after_seconds - (time.time() - hint.created_at)
+        speculator.schedule(
+            hint.id, hint.tier, hint.session, tier.backend, hint.answer_to, hint.tools, pause_left
+        )
+
+        def note(task: asyncio.Task[None]) -> None:
+            hint.speculated_tokens = speculator.speculated_tokens(hint.id)
+
+        speculation = speculator.by_hint.get(hint.id)
+        if speculation is not None and speculation.task is not None:
+            speculation.task.add_done_callback(note)
+
+    def take_speculation(
+        self, tier: str, prompt: Sequence[int], params: SamplingParams, session: str | None
+    ) -> Speculation | None:
+        """The speculated start of the answer to exactly this request, if there is one."""
+        if self.speculator is None:
+            return None
+        return self.speculator.take(tier, prompt, params, session)
+
     def _end(self, hint: Hint, state: PrefillState) -> None:
+        if self.speculator is not None:
+            reason = "unused" if state is PrefillState.USED else state.value
+            self.speculator.cancel(hint.id, reason)
         hint.state = state
         if hint.warmup is not None and not hint.warmup.completed:
             hint.warmup.cancel()
