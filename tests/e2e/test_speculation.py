@@ -93,5 +93,7 @@ def test_a_pause_speculates_and_enter_streams_it_identically(gateway: RunningGat
         assert wait_for_state(http, hint["id"], {"speculated"})["state"] == "speculated"
         text, _ = chat(gateway, "What is the capital of Spain? And of Italy?", session="spec-9")
         assert text
-        counted = [line for line in http.get("/metrics").text.splitlines() if "speculations_total" in line]
+        counted = [
+            line for line in http.get("/metrics").text.splitlines() if "speculations_total" in line
+        ]
         assert speculations(http, "discarded_mismatch") == mismatched_before + 1, counted
