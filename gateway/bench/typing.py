@@ -145,7 +145,7 @@ def _speculated_hint(client: httpx.Client, messages: list[dict[str, str]], draft
         "/v1/typing", json={"messages": messages, "draft": draft, "session": "bench"}
     ).json()
     deadline = time.monotonic() + 600
-    while hint["state"] != "speculated":
+    while not hint.get("speculated"):
         if hint["state"] not in ("queued", "computing", "ready") or time.monotonic() > deadline:
             raise RuntimeError(f"hint ended {hint['state']} without a speculation")
         time.sleep(0.02)

@@ -8,9 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.protocol.openai import MAX_TOOLS, ChatMessage, ToolDefinition
 
-HintStateName = Literal[
-    "queued", "computing", "ready", "speculated", "used", "aborted", "superseded", "expired"
-]
+HintStateName = Literal["queued", "computing", "ready", "used", "aborted", "superseded", "expired"]
 
 
 class TaskHint(BaseModel):
@@ -73,10 +71,10 @@ class TypingHint(BaseModel):
     model: str
     session: str | None = None
     prefix_tokens: int = Field(description="Tokens of the fixed prefix this hint pre-computes.")
-    speculated_tokens: int | None = Field(
+    speculated: int | None = Field(
         None,
-        description="Tokens of the answer to the draft computed ahead (state 'speculated'): "
-        "sent at once if the request is exactly the draft, greedy.",
+        description="Tokens of the answer to the draft computed ahead while the user paused "
+        "(the hint stays ready): sent at once if the request is exactly the draft, greedy.",
     )
     cached_tokens: int = Field(
         0, description="Of those, tokens already in the cache when it started."

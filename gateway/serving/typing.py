@@ -93,11 +93,10 @@ class Hint:
     speculated_tokens: int | None = None
 
     def view(self) -> TypingHint:
-        speculated = self.state is PrefillState.READY and self.speculated_tokens is not None
         return TypingHint(
             id=self.id,
-            state="speculated" if speculated else self.state.value,
-            speculated_tokens=self.speculated_tokens,
+            state=self.state.value,
+            speculated=self.speculated_tokens,
             model=self.model,
             session=self.session,
             prefix_tokens=len(self.tokens),
