@@ -236,8 +236,9 @@ class Scheduler:
 
     def _maybe_preempt(self) -> None:
         running = self.running
-        if running is not None and running.kind == SPECULATION and self._anyone_waiting():
-            running.cancel()  # speculative work gives way to anything, and is not resumed
+        if running is not None and running.kind == SPECULATION:
+            if not running.cancel_requested and self._anyone_waiting():
+                running.cancel()  # speculative work gives way to anything, and is not resumed
             return
         if running is None or not running.preemptible or running.priority is Priority.USER:
             return

@@ -22,10 +22,8 @@ def wait_for_speculation(
     deadline = time.monotonic() + timeout
     while True:
         hint = http.get(f"/v1/typing/{hint_id}").json()
-        if (
-            hint["speculated"]
-            or (hint["state"] != "ready"
-            and hint["state"] not in ("queued", "computing"))
+        if hint["speculated"] or (
+            hint["state"] != "ready" and hint["state"] not in ("queued", "computing")
         ):
             return hint  # type: ignore[no-any-return]
         assert time.monotonic() < deadline, hint

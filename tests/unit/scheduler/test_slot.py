@@ -296,3 +296,24 @@ async def test_an_abandoned_freeze_holds_task_work_at_most_its_bound() -> None:
     assert 0.29 <= waited < 1.0
     assert scheduler.snapshot()["gates"]["prefill_freeze"] is False
     await scheduler.stop()
+
+
+async def test_any_job_cancels_a_running_speculation(scheduler: Scheduler) -> None:
+    engine = FakeEngine()
+    speculation = scheduler.submit(
+        Job(
+            Priority.USER,
+            engine.work("speculation", steps=1000, step_seconds=0.005),
+            kind="speculation",
+        )
+    )
+    while scheduler.running is not speculation:
+        await asyncio.sleep(0.001)
+    assert not scheduler.would_wait(Priority.TASK)  # it does not make the slot busy
+    arrived = time.monotonic()
+    background = scheduler.submit(Job(Priority.BACKGROUND, engine.work("after", steps=1)))
+    await speculation.wait()
+    assert speculation.state is JobState.CANCELLED  # cancelled, not paused to resume
+    assert time.monotonic() - arrived < 0.1
+    await background.wait()
+    assert background.state is JobState.DONE
