@@ -67,13 +67,14 @@ def decode_rates(folder: Path, runs: int, max_tokens: int) -> tuple[list[float],
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from gateway.engines.device import choose_compute_path
+
+    compute = choose_compute_path()  # before MLX is imported: OpenBLAS first
     import mlx.core as mx
 
     from gateway.config import default_cache_dir
-    from gateway.engines.device import choose_compute_path
     from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
 
-    compute = choose_compute_path()  # before MLX computes anything: OpenBLAS first
     folder = ModelStore(Path(args.cache_dir or default_cache_dir())).ensure(DEFAULT_MODEL_ID)
     dtype = mx.float32 if compute.dequantize else mx.float16
     bandwidth = Summary.of(matvec_bandwidth(args.runs, dtype))
