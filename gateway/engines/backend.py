@@ -20,7 +20,7 @@ Nothing here knows HTTP, pydantic or MLX.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from gateway.scheduler.jobs import Priority
@@ -241,6 +241,16 @@ class Backend(Protocol):
     async def health(self) -> BackendHealth: ...
 
     async def close(self) -> None: ...
+
+
+async def continued(
+    backend: Backend, request: GenerationRequest, tokens: tuple[int, ...]
+) -> AsyncGenerator[BackendEvent, None]:
+    """The events after completion ``tokens`` produced elsewhere (a failed peer, a
+    speculation): ``request`` resumed after them, without a second ``Started``."""
+    async for event in backend.generate(replace(request, resume=tokens)):
+        if not isinstance(event, Started):
+            yield event
 
 
 class Warmup(Protocol):

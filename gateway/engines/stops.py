@@ -5,6 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest end of ``text`` that begins ``marker`` (text to hold back)."""
+    for size in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-size:]):
+            return size
+    return 0
+
+
 class StopMatcher:
     """Feeds decoded text segments; emits only text that cannot be the start of a stop string.
 

@@ -141,11 +141,7 @@ class MessagesRequest(StrictModel):
         return self
 
     def system_text(self) -> str | None:
-        if self.system is None:
-            return None
-        if isinstance(self.system, str):
-            return self.system
-        return "\n\n".join(block.text for block in self.system)
+        return system_text(self.system)
 
 
 class CountTokensRequest(StrictModel):
@@ -159,7 +155,14 @@ class CountTokensRequest(StrictModel):
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
 
     def system_text(self) -> str | None:
-        return MessagesRequest.system_text(self)  # type: ignore[arg-type]
+        return system_text(self.system)
+
+
+def system_text(system: str | list[TextBlock] | None) -> str | None:
+    """A system prompt given as a string or as text blocks, as one text."""
+    if system is None or isinstance(system, str):
+        return system
+    return "\n\n".join(block.text for block in system)
 
 
 class CountTokensResponse(BaseModel):

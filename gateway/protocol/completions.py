@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from gateway.protocol.openai import (
     MAX_STOP_SEQUENCES,
     TOKEN_ID,
+    LogitBias,
     StreamOptions,
     StrictModel,
     Usage,
@@ -53,13 +54,7 @@ class CompletionRequest(StrictModel):
     stop: str | Annotated[list[str], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    logit_bias: (
-        dict[
-            Annotated[str, Field(pattern=r"^[0-9]{1,9}$")],
-            Annotated[float, Field(ge=-100, le=100)],
-        ]
-        | None
-    ) = None
+    logit_bias: LogitBias | None = None
     seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
     user: str | None = None
     top_k: int | None = Field(None, ge=0, description="(gateway extension) 0: off.")

@@ -50,6 +50,10 @@ def json_depth(value: Any, limit: int) -> int:
 
 
 MAX_TOOLS = 128
+# Token id (as a string) to a bias from -100 to 100.
+LogitBias = dict[
+    Annotated[str, Field(pattern=r"^[0-9]{1,9}$")], Annotated[float, Field(ge=-100, le=100)]
+]
 FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
 
 
@@ -211,13 +215,9 @@ class ChatCompletionRequest(StrictModel):
     n: int | None = Field(None, ge=1, le=1, description="Only n=1 is supported.")
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    logit_bias: (
-        dict[
-            Annotated[str, Field(pattern=r"^[0-9]{1,9}$")],
-            Annotated[float, Field(ge=-100, le=100)],
-        ]
-        | None
-    ) = Field(None, description="Token id (as a string) to a bias from -100 to 100.")
+    logit_bias: LogitBias | None = Field(
+        None, description="Token id (as a string) to a bias from -100 to 100."
+    )
     user: str | None = None
     response_format: ResponseFormat | None = None
     tools: Annotated[list[ToolDefinition], Field(max_length=MAX_TOOLS)] | None = Field(

@@ -21,7 +21,7 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gateway.engines.backend import (
     Backend,
@@ -31,6 +31,7 @@ from gateway.engines.backend import (
     PrefillProgress,
     Started,
     TokenEvent,
+    continued,
 )
 from gateway.metrics import GatewayMetrics
 from gateway.peers.nodes import PeerFailed, PeerNode, PeerRefused, Peers
@@ -148,7 +149,7 @@ class Dispatcher:
             log.warning(
                 "ticket %s: %s; finishing it here after %d tokens", request.id, exc, len(received)
             )
-            async for rest in self._resume_here(request, received, local):
+            async for rest in continued(local, request, tuple(received)):
                 yield rest
             finished = True
         finally:
@@ -160,13 +161,3 @@ class Dispatcher:
                     self.metrics.peer_ticket_seconds.labels(node.url).observe(
                         time.perf_counter() - sent_at
                     )
-
-    @staticmethod
-    async def _resume_here(
-        request: GenerationRequest, received: list[int], local: Backend
-    ) -> AsyncGenerator[BackendEvent, None]:
-        """The rest of a failed ticket, computed here after the tokens already sent."""
-        resumed = replace(request, resume=tuple(received))
-        async for local_event in local.generate(resumed):
-            if not isinstance(local_event, Started):
-                yield local_event

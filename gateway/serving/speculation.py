@@ -28,6 +28,7 @@ from gateway.engines.backend import (
     Started,
     TokenEvent,
     ToolSpec,
+    continued,
 )
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
@@ -188,7 +189,5 @@ async def speculated_events(
     if speculation.finished is not None:
         yield speculation.finished
         return
-    resumed = replace(request, resume=speculation.token_ids)
-    async for event in backend.generate(resumed):
-        if not isinstance(event, Started):
-            yield event
+    async for event in continued(backend, request, speculation.token_ids):
+        yield event

@@ -14,6 +14,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+from gateway.engines.stops import partial_suffix
 from gateway.engines.tool_format import CALL_CLOSE, CALL_OPEN
 
 _HEAD = re.compile(r'\{"name":\s*"((?:[^"\\]|\\.)*)",\s*"arguments":\s*')
@@ -103,7 +104,7 @@ class ToolCallParser:
                     self._pending = self._pending[end + len(_CALL_END) :]
                     self._state = "between"
                     continue
-                keep = _partial_suffix(self._pending, _CALL_END)
+                keep = partial_suffix(self._pending, _CALL_END)
                 self._arguments(pieces, self._pending[: len(self._pending) - keep])
                 self._pending = self._pending[len(self._pending) - keep :]
                 break
@@ -137,11 +138,3 @@ class ToolCallParser:
 
 def _unescape(name: str) -> str:
     return name.replace('\\"', '"').replace("\\\\", "\\")
-
-
-def _partial_suffix(text: str, marker: str) -> int:
-    """Length of the longest end of ``text`` that begins ``marker``."""
-    for size in range(min(len(marker) - 1, len(text)), 0, -1):
-        if text.endswith(marker[:size]):
-            return size
-    return 0

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from gateway.engines.backend import Grammar
 from gateway.engines.grammar import for_grammar
+from gateway.engines.stops import partial_suffix
 from gateway.tasks.definitions import TaskType
 
 Channel = Literal["thinking", "output"]
@@ -85,7 +86,7 @@ class ThinkingSplitter:
                     self._pending = self._pending[end + len(closing) :]
                     self._state = "gap"
                     continue
-                keep = _partial_suffix(self._pending, closing)
+                keep = partial_suffix(self._pending, closing)
                 self._emit(pieces, "thinking", self._pending[: len(self._pending) - keep])
                 self._pending = self._pending[len(self._pending) - keep :]
                 break
@@ -104,7 +105,7 @@ class ThinkingSplitter:
                 # A small model may close its tag a second time: that is not output.
                 end_tag = f"</{self.tag}>"
                 self._pending = self._pending.replace(end_tag, "")
-                keep = _partial_suffix(self._pending, end_tag)
+                keep = partial_suffix(self._pending, end_tag)
                 self._emit(pieces, "output", self._pending[: len(self._pending) - keep])
                 self._pending = self._pending[len(self._pending) - keep :]
                 break
@@ -123,14 +124,6 @@ class ThinkingSplitter:
         if text:
             pieces.append((channel, text))
             (self.thinking if channel == "thinking" else self.output).append(text)
-
-
-def _partial_suffix(text: str, marker: str) -> int:
-    """Length of the longest end of ``text`` that begins ``marker``."""
-    for size in range(min(len(text), len(marker) - 1), 0, -1):
-        if marker.startswith(text[-size:]):
-            return size
-    return 0
 
 
 def parse_output(text: str, schema: dict[str, Any] | None, complete: bool) -> Any:

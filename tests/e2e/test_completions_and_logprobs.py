@@ -105,9 +105,10 @@ def test_chat_logprobs_greedy_top_choice_is_the_token(gateway: RunningGateway) -
         if chunk.choices and chunk.choices[0].logprobs
         for entry in chunk.choices[0].logprobs.content or []
     ]
-    assert [(t.token, round(t.logprob, 4)) for t in streamed] == [
-        (t.token, round(t.logprob, 4)) for t in content
-    ]
+    # Same tokens; log-probabilities equal up to float noise (the second run's prompt comes
+    # from the prefix cache, computed in other chunks: rounding to 4 places was flaky).
+    assert [t.token for t in streamed] == [t.token for t in content]
+    assert [t.logprob for t in streamed] == pytest.approx([t.logprob for t in content], abs=1e-3)
 
 
 def test_logprobs_under_a_grammar_are_those_after_the_mask(gateway: RunningGateway) -> None:
