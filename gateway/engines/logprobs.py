@@ -68,15 +68,18 @@ class TokenSpeller:
     def choice(self, token: int, logprobs: mx.array, top: int) -> TokenChoice:
         """The chosen token and the ``top`` most likely ones, from a step's log-probabilities
         (one vector over the vocabulary, as the sampler saw it)."""
-        chosen = self.logprob(token, float(logprobs[token].item()))  # type: ignore[arg-type]
+        chosen_value = logprobs[token]
         if top <= 0:
-            return TokenChoice(chosen)
+            return TokenChoice(self.logprob(token, float(chosen_value.item())))  # type: ignore[arg-type]
         top = min(top, MAX_TOP_LOGPROBS, logprobs.shape[-1])
         best = mx.argpartition(-logprobs, top - 1)[:top]
         values = logprobs[best]
         order = mx.argsort(-values)
-        ids: list[int] = best[order].tolist()  # type: ignore[assignment]
-        scores: list[float] = values[order].tolist()  # type: ignore[assignment]
+        best, values = best[order], values[order]
+        mx.eval(chosen_value, best, values)  # one wait for the three, not one each
+        chosen = self.logprob(token, float(chosen_value.item()))  # type: ignore[arg-type]
+        ids: list[int] = best.tolist()  # type: ignore[assignment]
+        scores: list[float] = values.tolist()  # type: ignore[assignment]
         alternatives = tuple(
             self.logprob(int(i), float(v)) for i, v in zip(ids, scores, strict=True)
         )

@@ -368,6 +368,8 @@ class MLXRunner:
         from gateway.engines.sampling import make_job_logits_processors, make_job_sampler
 
         sampler = make_job_sampler(params)
+        if constraint is not None:
+            sampler = constraint.watch(sampler)
         # The grammar's mask comes last: whatever biases did, only allowed tokens remain.
         grammar: list[Callable[[mx.array, mx.array], mx.array]] = (
             [constraint] if constraint is not None else []
