@@ -6,7 +6,10 @@ import argparse
 import importlib
 
 BENCHMARKS = {
-    "ceiling": "decode tokens/s as a fraction of weights bytes / measured matrix-vector bandwidth",
+    "ceiling": (
+        "decode tokens/s (mlx-lm; the gateway plain, constrained, with logprobs) as a fraction "
+        "of weights bytes / measured matrix-vector bandwidth, and a decode step's profile"
+    ),
     "chat": "gateway over HTTP vs raw mlx-lm: time to first token, decode tokens/s, memory",
     "restart": "time to first token after a restart (prefix cache from disk) vs a warm hit",
     "peers": "20 requests on one node (1 core) vs two peered nodes (1 core each): throughput",
@@ -24,6 +27,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=5, help="measured runs (after one warm-up)")
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens to generate per run")
     parser.add_argument("--json", help="also write the JSON result to this file")
+    parser.add_argument(
+        "--baseline",
+        help="ceiling: the source folder of another version of the gateway (a git worktree of "
+        "an earlier commit), served alongside this one in the same runs, for before/after",
+    )
 
 
 def run_bench(args: argparse.Namespace) -> int:
