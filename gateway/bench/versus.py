@@ -5,6 +5,10 @@ computes with; on a Mac both get the 4-bit folder) and are called alternately in
 
 * cold: a fresh ~1,600-token chat (a unique tag leads its system prompt) and a new message;
 * multi-turn: the same chat's next turn (the first answer and another message appended);
+  both servers hold the first turn's KV cache, so this is the new message's own prefill;
+* multi-turn, hinted + speculated: the turn after that, as an editor sends it: the gateway
+  got a typing hint with the draft while it was typed (``mlx_lm.server`` has the previous
+  turn cached and gets the same request);
 * hinted: a fresh chat whose history the gateway was told about by a typing hint before
   "Enter" (``mlx_lm.server`` cannot be told, so its row is what it does with the same request);
 * hinted + speculated: as hinted, with the new message as the hint's draft and a pause
@@ -31,6 +35,7 @@ from gateway.bench.stats import Summary, ratio, table, write_json
 from gateway.bench.typing import NEW_MESSAGE, _ready_hint, _speculated_hint, fixed_context
 
 SECOND_MESSAGE = "And which one should I keep for last?"
+THIRD_MESSAGE = "Thanks. How long should the whole tour take?"
 GATEWAY, SERVER = "gateway", "mlx_lm.server"
 
 
@@ -120,6 +125,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         {"role": "user", "content": SECOND_MESSAGE},
                     ]
                     turn = stream(client, path, model, again, 4)
+                    third = [
+                        *again,
+                        {"role": "assistant", "content": turn["text"]},
+                        {"role": "user", "content": THIRD_MESSAGE},
+                    ]
+                    if who == GATEWAY:
+                        _speculated_hint(client, third[:-1], THIRD_MESSAGE)
+                    next_turn = stream(client, path, model, third, 32)
                     hinted_context = fixed_context(f"{who}-hinted-{index}-{uuid.uuid4().hex[:8]}")
                     if who == GATEWAY:
                         _ready_hint(client, hinted_context)
@@ -145,6 +158,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     note("hinted + speculated TTFT (s)", who, speculated["ttft"])
                     note("cold TTFT (s)", who, cold["ttft"])
                     note("multi-turn TTFT (s)", who, turn["ttft"])
+                    note("multi-turn hint+spec TTFT (s)", who, next_turn["ttft"])
                     note("hinted TTFT (s)", who, hinted["ttft"])
                     note("decode tokens/s", who, cold["decode"])
     finally:
@@ -165,6 +179,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for metric in (
         "cold TTFT (s)",
         "multi-turn TTFT (s)",
+        "multi-turn hint+spec TTFT (s)",
         "hinted TTFT (s)",
         "hinted + speculated TTFT (s)",
         "decode tokens/s",
