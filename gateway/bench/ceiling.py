@@ -21,7 +21,6 @@ vocabulary projection's share.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 import httpx
 
 from gateway.bench.stats import Summary, table, write_json
+from gateway.bench.streaming import stream_chat
 from gateway.modelstore.store import DEFAULT_MODEL_ID
 
 MATRIX_ROWS, MATRIX_COLUMNS = 8192, 8192  # 256 MiB in float32: far beyond the caches
@@ -141,19 +141,9 @@ def gateway_decode(
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
         **extra,
     }
-    times: list[float] = []
-    with client.stream("POST", "/v1/chat/completions", json=body) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if line.startswith("data: {"):
-                chunk = json.loads(line[6:])
-                if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
-                    times.append(time.perf_counter())
-    return (len(times) - 1) / (times[-1] - times[0])
+    return stream_chat(client, body).decode
 
 
 def step_profile(model: Any) -> dict[str, float]:

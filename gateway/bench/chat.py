@@ -7,7 +7,6 @@ cache is switched off so that both prefill the whole prompt every run.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -18,6 +17,7 @@ import httpx
 
 from gateway.bench.process import start_gateway
 from gateway.bench.stats import Summary, ratio, table, write_json
+from gateway.bench.streaming import stream_chat
 
 PROMPT = [
     {"role": "system", "content": "You are a helpful assistant who writes vivid prose."},
@@ -83,20 +83,10 @@ def stream_token_times(
         "max_tokens": max_tokens,
         "temperature": 0,
         "seed": SEED,
-        "stream": True,
         "stream_options": {"include_usage": True},
     }
-    times: list[float] = []
-    started = time.perf_counter()
-    with client.stream("POST", path, json=body) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
-                times.append(time.perf_counter())
-    return started, times
+    streamed = stream_chat(client, body, path)
+    return streamed.started, streamed.times
 
 
 def _gateway_run(client: httpx.Client, model: str, max_tokens: int) -> dict[str, float]:

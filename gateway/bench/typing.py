@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import tempfile
 import time
 import uuid
@@ -23,6 +22,7 @@ import httpx
 
 from gateway.bench.process import start_gateway
 from gateway.bench.stats import Summary, ratio, table, write_json
+from gateway.bench.streaming import stream_chat
 from gateway.modelstore.store import DEFAULT_MODEL_ID
 
 NEW_MESSAGE = "Given all that, which city should I visit first, and why?"
@@ -117,26 +117,10 @@ def _ttft_text(
         "messages": messages,
         "max_tokens": max_tokens,
         "temperature": 0,
-        "stream": True,
         "stream_options": {"include_usage": True},
     }
-    first = None
-    usage: dict[str, Any] = {}
-    text: list[str] = []
-    started = time.perf_counter()
-    with client.stream("POST", "/v1/chat/completions", json=body) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                first = first or time.perf_counter() - started
-                text.append(chunk["choices"][0]["delta"]["content"])
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-    assert first is not None, "no token received"
-    return first, usage, "".join(text)
+    streamed = stream_chat(client, body)
+    return streamed.ttft, streamed.usage, streamed.text
 
 
 def _speculated_hint(client: httpx.Client, messages: list[dict[str, str]], draft: str) -> None:

@@ -19,11 +19,9 @@ computes with; on a Mac both get the 4-bit folder) and are called alternately in
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,7 @@ import httpx
 
 from gateway.bench.process import start_gateway, start_mlx_lm_server
 from gateway.bench.stats import Summary, ratio, table, write_json
+from gateway.bench.streaming import Streamed, stream_chat
 from gateway.bench.typing import NEW_MESSAGE, _ready_hint, _speculated_hint, fixed_context
 
 SECOND_MESSAGE = "And which one should I keep for last?"
@@ -63,29 +62,10 @@ def float32_copy(folder: Path, workdir: Path) -> Path:
 
 def stream(
     client: httpx.Client, path: str, model: str, messages: list[dict[str, str]], max_tokens: int
-) -> dict[str, Any]:
-    """Time to first token, decode tokens/s and the text of one greedy streamed request."""
-    body = {
-        "model": model,
-        "messages": messages,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": True,
-    }
-    times: list[float] = []
-    text: list[str] = []
-    started = time.perf_counter()
-    with client.stream("POST", path, json=body) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
-                times.append(time.perf_counter())
-                text.append(chunk["choices"][0]["delta"]["content"])
-    decode = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
-    return {"ttft": times[0] - started, "decode": decode, "text": "".join(text)}
+) -> Streamed:
+    """One greedy streamed request: its time to first token, decode tokens/s and text."""
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    return stream_chat(client, body, path)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -121,13 +101,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     cold = stream(client, path, model, first, args.max_tokens)
                     again = [
                         *first,
-                        {"role": "assistant", "content": cold["text"]},
+                        {"role": "assistant", "content": cold.text},
                         {"role": "user", "content": SECOND_MESSAGE},
                     ]
                     turn = stream(client, path, model, again, 4)
                     third = [
                         *again,
-                        {"role": "assistant", "content": turn["text"]},
+                        {"role": "assistant", "content": turn.text},
                         {"role": "user", "content": THIRD_MESSAGE},
                     ]
                     if who == GATEWAY:
@@ -155,12 +135,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     if index == 0:
                         continue  # the warm-up
-                    note("hinted + speculated TTFT (s)", who, speculated["ttft"])
-                    note("cold TTFT (s)", who, cold["ttft"])
-                    note("multi-turn TTFT (s)", who, turn["ttft"])
-                    note("multi-turn hint+spec TTFT (s)", who, next_turn["ttft"])
-                    note("hinted TTFT (s)", who, hinted["ttft"])
-                    note("decode tokens/s", who, cold["decode"])
+                    note("hinted + speculated TTFT (s)", who, speculated.ttft)
+                    note("cold TTFT (s)", who, cold.ttft)
+                    note("multi-turn TTFT (s)", who, turn.ttft)
+                    note("multi-turn hint+spec TTFT (s)", who, next_turn.ttft)
+                    note("hinted TTFT (s)", who, hinted.ttft)
+                    note("decode tokens/s", who, cold.decode)
     finally:
         if gateway is not None:
             gateway.stop()

@@ -91,6 +91,29 @@ class ReplyStep:
     pieces: list[ReplyPiece]
     logprobs: tuple[TokenChoice, ...] = ()
 
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.pieces if isinstance(p, TextPiece))
+
+
+class CarriedLogprobs:
+    """A stream's log-probabilities, each sent with text: a token without text of its own
+    (part of a character split over tokens) rides with the next step that has text."""
+
+    def __init__(self, wanted: bool) -> None:
+        self.wanted = wanted
+        self.pending: list[TokenChoice] = []  # what the stream's last event carries
+
+    def take(self, step: ReplyStep) -> tuple[str, list[TokenChoice]]:
+        """The step's text and, when it has some, the log-probabilities it carries."""
+        if self.wanted:
+            self.pending.extend(step.logprobs)
+        text = step.text
+        if not text:
+            return "", []
+        carried, self.pending = self.pending, []
+        return text, carried
+
 
 @dataclass
 class ChatResult:
@@ -337,7 +360,7 @@ class ChatService:
         backend = chat.tier.backend
         speculation = None
         if chat.prompt.tokens is not None and backend.capabilities.typing_hints:
-            speculation = self.typing.take_speculation(
+            speculation = await self.typing.take_speculation(
                 chat.tier.name, chat.prompt.tokens, chat.params, chat.session
             )
             await self.typing.join(chat.tier.name, chat.prompt.tokens, chat.session)
@@ -477,7 +500,7 @@ class ChatService:
         logprobs: list[TokenChoice] = []
         async with aclosing(self.replies(run)) as steps:
             async for step in steps:
-                text.extend(p.text for p in step.pieces if isinstance(p, TextPiece))
+                text.append(step.text)
                 logprobs.extend(step.logprobs)
         calls = run.parser.calls if run.parser else []
         return ChatResult("".join(text), calls, logprobs, run.finish_reason, run.stop_sequence)

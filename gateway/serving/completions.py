@@ -16,14 +16,8 @@ from gateway.protocol.completions import (
     text_completion_id,
 )
 from gateway.scheduler.jobs import Priority
-from gateway.serving.chat import (
-    DEFAULT_TEMPERATURE,
-    ChatRun,
-    ChatService,
-    PreparedChat,
-    SamplingRequest,
-)
-from gateway.serving.tool_calls import TextPiece
+from gateway.serving.chat import CarriedLogprobs, ChatRun, ChatService, PreparedChat
+from gateway.serving.openai_chat import openai_sampling
 
 
 class CompletionsService:
@@ -38,16 +32,10 @@ class CompletionsService:
         arrived = time.perf_counter()
         tier = self.service.registry.resolve(request.model)
         options = request.stream_options
-        sampling = SamplingRequest(
+        sampling = openai_sampling(
+            request,
             max_tokens=request.max_tokens,
-            temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
-            top_p=1.0 if request.top_p is None else request.top_p,
             top_k=request.top_k or 0,
-            seed=request.seed,
-            stop=tuple(request.stop_list()),
-            presence_penalty=request.presence_penalty or 0.0,
-            frequency_penalty=request.frequency_penalty or 0.0,
-            logit_bias={int(k): v for k, v in (request.logit_bias or {}).items()},
             logprobs=request.logprobs,
         )
         prepared = await self.service.prepare_messages(
@@ -113,21 +101,19 @@ class CompletionsService:
         if prefix:
             yield chunk(prefix)
             offset = len(prefix)
-        pending: list[TokenChoice] = []
+        carried = CarriedLogprobs(wants_logprobs)
         try:
             async with aclosing(self.service.replies(run)) as steps:
                 async for step in steps:
-                    pending.extend(step.logprobs if wants_logprobs else ())
-                    text = "".join(p.text for p in step.pieces if isinstance(p, TextPiece))
+                    text, logprobs = carried.take(step)
                     if text:
-                        logprobs = legacy_logprobs(pending, offset) if wants_logprobs else None
-                        yield chunk(text, logprobs=logprobs)
+                        legacy = legacy_logprobs(logprobs, offset) if wants_logprobs else None
+                        yield chunk(text, logprobs=legacy)
                         offset += len(text)
-                        pending = []
         except ShuttingDownError:
             yield chunk("", "length")
             raise
-        tail = legacy_logprobs(pending, offset) if pending else None
+        tail = legacy_logprobs(carried.pending, offset) if carried.pending else None
         yield chunk("", run.finish_reason, tail)
         if chat.include_usage:
             yield Completion(

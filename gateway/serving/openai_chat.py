@@ -13,11 +13,13 @@ import json
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
+from typing import Any
 
 from gateway.engines.backend import Grammar, TokenChoice
 from gateway.engines.grammar import for_grammar, strict_objects
 from gateway.engines.tool_format import ToolChoice
 from gateway.errors import ShuttingDownError
+from gateway.protocol.completions import CompletionRequest
 from gateway.protocol.openai import (
     AssistantMessage,
     ChatCompletion,
@@ -38,6 +40,7 @@ from gateway.protocol.openai import (
 from gateway.scheduler.jobs import Priority
 from gateway.serving.chat import (
     DEFAULT_TEMPERATURE,
+    CarriedLogprobs,
     ChatRun,
     ChatService,
     PreparedChat,
@@ -46,7 +49,7 @@ from gateway.serving.chat import (
 )
 from gateway.serving.dispatch import TicketSpec
 from gateway.serving.messages import template_messages, tool_specs
-from gateway.serving.tool_calls import CallArguments, CallStart, TextPiece
+from gateway.serving.tool_calls import CallArguments, CallStart
 
 
 class OpenAIChat:
@@ -110,7 +113,6 @@ class OpenAIChat:
 
     async def stream(self, run: ChatRun) -> AsyncGenerator[ChatCompletionChunk, None]:
         chat = run.chat
-        wants_logprobs = chat.params.logprobs is not None
 
         def chunk(
             delta: ChoiceDelta, finish: str | None = None, logprobs: list[TokenChoice] | None = None
@@ -129,17 +131,13 @@ class OpenAIChat:
             )
 
         yield chunk(ChoiceDelta(role="assistant", content=""))
-        # Log-probabilities of tokens without text yet (a character split over tokens) ride
-        # with the next chunk that has text.
-        pending: list[TokenChoice] = []
+        carried = CarriedLogprobs(chat.params.logprobs is not None)
         try:
             async with aclosing(self.service.replies(run)) as steps:
                 async for step in steps:
-                    pending.extend(step.logprobs if wants_logprobs else ())
-                    text = "".join(p.text for p in step.pieces if isinstance(p, TextPiece))
+                    text, logprobs = carried.take(step)
                     if text:
-                        yield chunk(ChoiceDelta(content=text), logprobs=pending)
-                        pending = []
+                        yield chunk(ChoiceDelta(content=text), logprobs=logprobs)
                     for piece in step.pieces:
                         if isinstance(piece, CallStart):
                             call = ChoiceDeltaToolCall(
@@ -159,7 +157,7 @@ class OpenAIChat:
             # A proper end for the client's stream: a finish reason, then the error event.
             yield chunk(ChoiceDelta(), "length")
             raise
-        yield chunk(ChoiceDelta(), run.finish_reason, logprobs=pending)
+        yield chunk(ChoiceDelta(), run.finish_reason, logprobs=carried.pending)
         if chat.include_usage:
             yield ChatCompletionChunk(
                 id=chat.id,
@@ -223,10 +221,20 @@ def openai_logprobs(choices: Sequence[TokenChoice]) -> ChoiceLogprobs:
 
 def sampling_request(request: ChatCompletionRequest) -> SamplingRequest:
     """The sampling a chat completion request asks for, in the gateway's own terms."""
-    requested = request.requested_max_tokens()
-    return SamplingRequest(
-        max_tokens=requested,
+    return openai_sampling(
+        request,
+        max_tokens=request.requested_max_tokens(),
         max_tokens_param="max_completion_tokens" if request.max_completion_tokens else "max_tokens",
+        grammar=response_format_grammar(request),
+        logprobs=(request.top_logprobs or 0) if request.logprobs else None,
+    )
+
+
+def openai_sampling(
+    request: ChatCompletionRequest | CompletionRequest, **specific: Any
+) -> SamplingRequest:
+    """The sampling fields OpenAI's chat and legacy completions share, with ``specific``."""
+    return SamplingRequest(
         temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
         top_p=1.0 if request.top_p is None else request.top_p,
         seed=request.seed,
@@ -234,8 +242,7 @@ def sampling_request(request: ChatCompletionRequest) -> SamplingRequest:
         presence_penalty=request.presence_penalty or 0.0,
         frequency_penalty=request.frequency_penalty or 0.0,
         logit_bias={int(k): v for k, v in (request.logit_bias or {}).items()},
-        grammar=response_format_grammar(request),
-        logprobs=(request.top_logprobs or 0) if request.logprobs else None,
+        **specific,
     )
 
 
