@@ -276,7 +276,9 @@ class MLXRunner:
         # between them; the last (partial) chunk goes with the first token's pass.
         head = len(uncached) - (len(uncached) % chunk or chunk) if len(uncached) > chunk else 0
         max_tokens = params.max_tokens or self.context_length - len(prompt)
-        steps = self._sampled_tokens(uncached[head:], cache, params, max_tokens, constraint)
+        steps = self._sampled_tokens(
+            uncached[head:], cache, params, max_tokens, constraint, generation.resumed
+        )
         detokenizer = self.tokenizer.detokenizer
         if generation.continues_text:
             _keep_leading_space(detokenizer)
@@ -351,6 +353,7 @@ class MLXRunner:
         params: SamplingParams,
         max_tokens: int,
         constraint: GrammarConstraint | None,
+        resumed: int = 0,
     ) -> Generator[tuple[int, Any], None, None]:
         """Token ids and the log-probabilities they were drawn from (after every processor,
         the grammar's mask included): the first from one pass over the uncached prompt, the
@@ -367,7 +370,7 @@ class MLXRunner:
 
         from gateway.engines.sampling import make_job_logits_processors, make_job_sampler
 
-        sampler = make_job_sampler(params)
+        sampler = make_job_sampler(params, draws_done=resumed)
         if constraint is not None:
             sampler = constraint.watch(sampler)
         # The grammar's mask comes last: whatever biases did, only allowed tokens remain.

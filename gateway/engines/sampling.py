@@ -20,13 +20,20 @@ Sampler = Callable[[mx.array], mx.array]
 PENALTY_CONTEXT_TOKENS = 1024
 
 
-def make_job_sampler(params: SamplingParams) -> Sampler:
+def make_job_sampler(params: SamplingParams, draws_done: int = 0) -> Sampler:
     """A sampler for one job: greedy at temperature 0, else seeded categorical with top-k
-    and top-p (in that order, as vLLM and llama.cpp apply them)."""
+    and top-p (in that order, as vLLM and llama.cpp apply them).
+
+    ``draws_done``: tokens of this completion already drawn elsewhere (a speculation, a peer
+    that failed over); the key is split as many times, so that the next draw is the one an
+    uninterrupted generation with the same seed would make.
+    """
     if params.temperature == 0:
         return greedy_sampler
     seed = params.seed if params.seed is not None else secrets.randbits(63)
     key = mx.random.key(seed % 2**64)  # OpenAI seeds are signed 64-bit; MLX keys unsigned
+    for _ in range(draws_done):
+        key, _draw = mx.random.split(key)
     inverse_temperature = 1.0 / params.temperature
     top_p, top_k = params.top_p, params.top_k
 

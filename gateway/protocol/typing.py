@@ -56,6 +56,17 @@ class TypingHintRequest(BaseModel):
         description="A newer hint of the same session supersedes the older one.",
     )
     draft: str | None = Field(None, description="The text typed so far (progressive hints).")
+    # The sampling the chat request will use: with a draft, the answer's first tokens are
+    # computed ahead with it, so a request with the same sampling gets exactly them.
+    temperature: float | None = Field(
+        None,
+        ge=0,
+        le=2,
+        description="The chat request's temperature (default 0: greedy). Above 0, the answer "
+        "is computed ahead only with a seed.",
+    )
+    top_p: float | None = Field(None, gt=0, le=1, description="The chat request's top_p.")
+    seed: int | None = Field(None, description="The chat request's seed.")
 
     @model_validator(mode="after")
     def _one_of(self) -> TypingHintRequest:
@@ -74,7 +85,8 @@ class TypingHint(BaseModel):
     speculated: int | None = Field(
         None,
         description="Tokens of the answer to the draft computed ahead while the user paused "
-        "(the hint stays ready): sent at once if the request is exactly the draft, greedy.",
+        "(the hint stays ready): sent at once if the request is exactly the draft, with the "
+        "hint's sampling (greedy, or the same temperature, top_p and seed).",
     )
     cached_tokens: int = Field(
         0, description="Of those, tokens already in the cache when it started."

@@ -2,10 +2,12 @@
 
 When a typing hint with a draft is ready and the user has paused for ``after_seconds``, the
 idle slot generates the first ``max_tokens`` tokens of the answer to the draft as the final
-user message, greedily (what a greedy request would produce). It is the most expendable work
+user message with the hint's sampling: greedy, or seeded (what a request with the same
+temperature, top_p and seed would produce: a resumed sampler skips the draws already made). It is the most expendable work
 there is: any job that arrives cancels it (``Scheduler``), and a new keystroke (a newer hint)
-does too. When the chat request comes and its prompt tokens equal the speculated prompt and
-its sampling is greedy and plain, the stored tokens are sent at once and the generation goes
+does too. When the chat request comes while the speculation still runs, it is stopped and
+what it has computed so far is adopted. When the chat request comes and its prompt tokens equal the speculated prompt and
+its sampling is the speculation's and plain, the stored tokens are sent at once and the generation goes
 on after them from their KV cache (``GenerationRequest.resume``: the detokenizer takes them in
 first), so the response is token-identical to a run without speculation. Otherwise the
 speculation is dropped and counted.
@@ -47,16 +49,27 @@ class Speculation:
     finished: Finished | None = None  # the answer ended within the speculated tokens
     complete: bool = False
     task: asyncio.Task[None] | None = None
+    received: list[TokenEvent] = field(default_factory=list)  # so far, while it runs
+    adopted: bool = False  # stopped early by the request it answers: what it has is kept
+    keep: int = 0  # then: at most this many tokens (fewer than the request's max_tokens)
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0))
 
     @property
     def token_ids(self) -> tuple[int, ...]:
         return tuple(t for event in self.events for t in event.token_ids)
 
 
-def serves(params: SamplingParams, speculated: int) -> bool:
-    """Whether a request with ``params`` produces exactly what a greedy speculation did."""
+def serves(params: SamplingParams, speculation: SamplingParams, speculated: int) -> bool:
+    """Whether a request with ``params`` produces exactly what a speculation did."""
+    same_draws = (params.temperature == 0 and speculation.temperature == 0) or (
+        params.temperature == speculation.temperature
+        and params.seed is not None
+        and params.seed == speculation.seed
+        and params.top_p == speculation.top_p
+        and params.top_k == speculation.top_k
+    )
     return (
-        params.temperature == 0
+        same_draws
         and params.grammar is None
         and params.logprobs is None
         and not params.logit_bias
@@ -83,12 +96,13 @@ class Speculator:
         backend: Backend,
         messages: Sequence[ChatMessage],
         tools: Sequence[ToolSpec],
+        sampling: SamplingParams,
         delay: float,
     ) -> None:
         """After ``delay`` (the rest of the pause), speculate the answer to ``messages``."""
         if not self.enabled:
             return
-        speculation = Speculation(hint_id, tier, session)
+        speculation = Speculation(hint_id, tier, session, sampling=sampling)
         self.by_hint[hint_id] = speculation
 
         async def run() -> None:
@@ -114,13 +128,13 @@ class Speculator:
         request = GenerationRequest(
             id=f"speculation-{speculation.hint_id}",
             messages=tuple(messages),
-            params=SamplingParams(max_tokens=self.max_tokens + 1, temperature=0.0),
+            params=replace(speculation.sampling, max_tokens=self.max_tokens + 1),
             priority=Priority.USER,
             prompt=prompt,
             tools=tuple(tools),
             speculative=True,
         )
-        events: list[TokenEvent] = []
+        events = speculation.received
         try:
             async for event in backend.generate(request):
                 if isinstance(event, TokenEvent):
@@ -132,6 +146,14 @@ class Speculator:
         except GatewayError as exc:
             log.info("speculation for %s ended: %s", speculation.hint_id, exc.message)
             self._drop(speculation, "failed")
+            return
+        except asyncio.CancelledError:
+            if not speculation.adopted:
+                raise
+        if speculation.adopted:
+            # Stopped between two tokens (no tail was flushed): every token received counts.
+            speculation.events = events[: min(self.max_tokens, speculation.keep)]
+            speculation.complete = bool(speculation.events)
             return
         if speculation.finished is None and len(events) < self.max_tokens + 1:
             self._drop(speculation, "preempted")  # cancelled before its end
@@ -150,7 +172,7 @@ class Speculator:
         if speculation is not None:
             self._drop(speculation, reason)
 
-    def take(
+    async def take(
         self, tier: str, prompt: Sequence[int], params: SamplingParams, session: str | None
     ) -> Speculation | None:
         """The speculation that answers exactly this request, if one does (used once)."""
@@ -158,17 +180,38 @@ class Speculator:
             if speculation.tier != tier or (session is not None and speculation.session != session):
                 continue
             del self.by_hint[hint_id]
+            if not speculation.complete and await self._adopt(speculation, prompt, params):
+                self.metrics.speculations.labels("adopted_running").inc()
             if not speculation.complete:
                 self._drop(speculation, "incomplete")
             elif speculation.prompt != tuple(prompt):
                 self._drop(speculation, "mismatch")
-            elif not serves(params, len(speculation.token_ids)):
+            elif not serves(params, speculation.sampling, len(speculation.token_ids)):
                 self._drop(speculation, "sampling")
             else:
                 self.metrics.speculations.labels("used").inc()
                 self.metrics.speculated_tokens_served.inc(len(speculation.token_ids))
                 return speculation
         return None
+
+    async def _adopt(
+        self, speculation: Speculation, prompt: Sequence[int], params: SamplingParams
+    ) -> bool:
+        """Stop a running speculation that answers this request and keep what it has."""
+        task = speculation.task
+        if (
+            task is None
+            or task.done()
+            or not speculation.received
+            or speculation.prompt != tuple(prompt)
+            or not serves(params, speculation.sampling, 1)
+        ):
+            return False
+        speculation.adopted = True
+        speculation.keep = self.max_tokens if params.max_tokens is None else params.max_tokens - 1
+        task.cancel()
+        await asyncio.wait({task})
+        return speculation.complete
 
     def _drop(self, speculation: Speculation, reason: str) -> None:
         self.by_hint.pop(speculation.hint_id, None)

@@ -89,6 +89,7 @@ class Hint:
     expiry: asyncio.TimerHandle | None = None
     # What a speculation answers: the conversation with the draft as the last user message.
     answer_to: tuple[ChatMessage, ...] = ()
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0))
     tools: tuple[ToolSpec, ...] = ()
     speculated_tokens: int | None = None
 
@@ -168,7 +169,13 @@ class TypingService:
             tools=tools,
         )
         if request.messages is not None and request.draft and request.draft.strip():
-            hint.answer_to = (*messages, {"role": "user", "content": request.draft})
+            hint.sampling = SamplingParams(
+                temperature=request.temperature or 0.0,
+                top_p=1.0 if request.top_p is None else request.top_p,
+                seed=request.seed,
+            )
+            if hint.sampling.temperature == 0 or request.seed is not None:  # reproducible
+                hint.answer_to = (*messages, {"role": "user", "content": request.draft})
         backend.note_typing()
         backend.hold_prefill_freeze(hint.id)
         try:
@@ -273,7 +280,14 @@ class TypingService:
         tier = self.registry.resolve(hint.tier)
         pause_left = speculator.after_seconds - (time.time() - hint.created_at)
         speculator.schedule(
-            hint.id, hint.tier, hint.session, tier.backend, hint.answer_to, hint.tools, pause_left
+            hint.id,
+            hint.tier,
+            hint.session,
+            tier.backend,
+            hint.answer_to,
+            hint.tools,
+            hint.sampling,
+            pause_left,
         )
 
         def note(task: asyncio.Task[None]) -> None:
@@ -283,13 +297,13 @@ class TypingService:
         if speculation is not None and speculation.task is not None:
             speculation.task.add_done_callback(note)
 
-    def take_speculation(
+    async def take_speculation(
         self, tier: str, prompt: Sequence[int], params: SamplingParams, session: str | None
     ) -> Speculation | None:
         """The speculated start of the answer to exactly this request, if there is one."""
         if self.speculator is None:
             return None
-        return self.speculator.take(tier, prompt, params, session)
+        return await self.speculator.take(tier, prompt, params, session)
 
     def _end(self, hint: Hint, state: PrefillState) -> None:
         if self.speculator is not None:

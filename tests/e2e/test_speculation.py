@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import httpx
+import pytest
 
-from gateway.bench.process import RunningGateway
+from gateway.bench.process import RunningGateway, start_gateway
 
 HISTORY = [
     {"role": "system", "content": "You are a concise geography tutor."},
@@ -101,3 +103,84 @@ def test_a_pause_speculates_and_enter_streams_it_identically(gateway: RunningGat
             line for line in http.get("/metrics").text.splitlines() if "speculations_total" in line
         ]
         assert speculations(http, "discarded_mismatch") == mismatched_before + 1, counted
+
+
+def test_a_seeded_request_gets_the_tokens_its_hint_sampled_ahead(gateway: RunningGateway) -> None:
+    """The hint declares the request's sampling: the answer's start is sampled ahead with the
+    same seed, and the streamed answer (official SDK) equals the one sampled after Enter."""
+    question = "Tell me a story about a harbour in Lisbon."
+    sampling = {"temperature": 0.9, "top_p": 0.95, "seed": 1234}
+    client = gateway.openai(timeout=120)
+
+    def sampled(session: str | None) -> str:
+        stream = client.chat.completions.create(
+            model="smollm2-135m-instruct",
+            messages=[*HISTORY, {"role": "user", "content": question}],
+            max_tokens=40,
+            stream=True,
+            extra_body={"session": session} if session else None,
+            **sampling,
+        )
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+    reference = sampled(None)
+    assert reference != sampled_greedy(gateway, question)  # really sampled
+    with gateway.http() as http:
+        used_before = speculations(http, "used")
+        hint = http.post(
+            "/v1/typing",
+            json={"messages": HISTORY, "draft": question, "session": "seeded", **sampling},
+        ).json()
+        assert wait_for_speculation(http, hint["id"])["speculated"] == 16
+        assert sampled("seeded") == reference
+        assert speculations(http, "used") == used_before + 1
+        # Another seed than the hint's: the speculation is dropped, the answer is the request's.
+        discarded_before = speculations(http, "discarded_sampling")
+        hint = http.post(
+            "/v1/typing",
+            json={"messages": HISTORY, "draft": question, "session": "seeded", **sampling},
+        ).json()
+        assert wait_for_speculation(http, hint["id"])["speculated"] == 16
+        sampling["seed"] = 99
+        other = sampled("seeded")
+        assert speculations(http, "discarded_sampling") == discarded_before + 1
+        assert other == sampled(None)
+
+
+def sampled_greedy(gateway: RunningGateway, question: str) -> str:
+    text, _ = chat(gateway, question)
+    return text
+
+
+@pytest.fixture(scope="module")
+def long_speculation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    """A gateway that speculates 200 tokens: Enter lands while the speculation still runs."""
+    running = start_gateway(
+        tmp_path_factory.mktemp("long-speculation"), {"cache": {"speculate_tokens": 200}}
+    )
+    yield running
+    running.stop()
+
+
+def test_enter_during_a_speculation_adopts_what_it_computed(
+    long_speculation: RunningGateway,
+) -> None:
+    gateway = long_speculation
+    question = "Tell me about the long history of Lisbon."
+    with gateway.http() as http:
+        hint = http.post(
+            "/v1/typing", json={"messages": HISTORY, "draft": question, "session": "adopt"}
+        ).json()
+        deadline = time.monotonic() + 60
+        while speculations(http, "started") < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(2.0)  # a few tokens computed, far from 200
+        assert http.get(f"/v1/typing/{hint['id']}").json()["speculated"] is None  # still running
+        text, _ = chat(gateway, question, session="adopt")
+        assert speculations(http, "adopted_running") == 1
+        assert speculations(http, "used") == 1
+        served = http.get("/metrics").text
+        assert "gateway_speculated_tokens_served_total 0.0" not in served
+    reference, _ = chat(gateway, question)  # the same request, no hint
+    assert text == reference
