@@ -9,7 +9,10 @@ alternating in every run after one discarded warm-up:
 * mlx-lm's own decode loop (``generate_step``) on the model, in this process;
 * the gateway's decode as a client sees it (a streamed greedy chat over HTTP): plain, under a
   JSON schema (constrained decoding) and with ``top_logprobs``;
-* with ``--baseline SRC``, the same three from another version of the gateway's source (a git
+* the CPU the gateway's event-loop thread spends per streamed token (HTTP, SSE, the serving
+  layers), read from Linux's per-thread schedstat: Python work per token, free of the noise
+  that throughput carries;
+* with ``--baseline SRC``, the same from another version of the gateway's source (a git
   worktree of an earlier commit), for a before/after in one run.
 
 A profile of one decode step follows: the forward pass, the same weights' matrix-vector
@@ -28,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from gateway.bench.process import RunningGateway, start_gateway
 from gateway.bench.stats import Summary, table, write_json
 from gateway.bench.streaming import stream_chat
 from gateway.modelstore.store import DEFAULT_MODEL_ID
@@ -133,9 +137,15 @@ def mlx_lm_decode(model: Any, tokenizer: Any, max_tokens: int) -> float:
 
 
 def gateway_decode(
-    client: httpx.Client, prompt: str, extra: dict[str, Any], max_tokens: int
-) -> float:
-    """Tokens/s a client sees from a streamed greedy chat: one chunk per token."""
+    gateway: RunningGateway,
+    client: httpx.Client,
+    prompt: str,
+    extra: dict[str, Any],
+    max_tokens: int,
+) -> tuple[float, float | None]:
+    """Tokens/s a client sees from a streamed greedy chat (one chunk per token), and the
+    microseconds of CPU the server's event-loop thread spent per token (HTTP, SSE, the
+    serving layers: Python work per token that is not the model's), where Linux tells."""
     body = {
         "model": DEFAULT_MODEL_ID,
         "messages": [{"role": "user", "content": prompt}],
@@ -143,7 +153,21 @@ def gateway_decode(
         "temperature": 0,
         **extra,
     }
-    return stream_chat(client, body).decode
+    before = event_loop_cpu_ns(gateway)
+    streamed = stream_chat(client, body)
+    after = event_loop_cpu_ns(gateway)
+    tokens = max(len(streamed.times), 1)
+    cpu = (after - before) / tokens / 1e3 if before is not None and after is not None else None
+    return streamed.decode, cpu
+
+
+def event_loop_cpu_ns(gateway: RunningGateway) -> int | None:
+    """CPU nanoseconds of the server's main thread (its event loop), from Linux's schedstat."""
+    pid = gateway.process.pid
+    try:
+        return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def step_profile(model: Any) -> dict[str, float]:
@@ -199,7 +223,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     compute = choose_compute_path()  # before MLX is imported: OpenBLAS first
     import mlx.core as mx
 
-    from gateway.bench.process import RunningGateway, start_gateway
     from gateway.config import default_cache_dir
     from gateway.modelstore.store import ModelStore
 
@@ -211,6 +234,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-ceiling-"))
     gateways: dict[str, RunningGateway] = {}
     rates: dict[str, list[float]] = {}
+    cpu_per_token: dict[str, list[float]] = {}
     try:
         gateways["gateway"] = start_gateway(workdir / "gateway")
         if args.baseline:
@@ -221,24 +245,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         clients = {who: gateway.http() for who, gateway in gateways.items()}
         for index in range(args.runs + 1):
             measured = {"mlx-lm generate_step": mlx_lm_decode(model, tokenizer, args.max_tokens)}
+            loop_cpu: dict[str, float] = {}
             for who, client in clients.items():
                 for name, prompt, extra in GATEWAY_ROWS:
-                    rate = gateway_decode(client, prompt, extra, args.max_tokens)
+                    rate, cpu = gateway_decode(
+                        gateways[who], client, prompt, extra, args.max_tokens
+                    )
                     measured[f"{who}: {name}"] = rate
+                    if cpu is not None:
+                        loop_cpu[f"{who}: {name}"] = cpu
             if index:  # the first run is the warm-up
                 for name, rate in measured.items():
                     rates.setdefault(name, []).append(rate)
+                for name, cpu in loop_cpu.items():
+                    cpu_per_token.setdefault(name, []).append(cpu)
     finally:
         for gateway in gateways.values():
             gateway.stop()
     profile = step_profile(model)
     summaries = {name: Summary.of(values) for name, values in rates.items()}
+    cpu_summaries = {name: Summary.of(values) for name, values in cpu_per_token.items()}
     gigabytes = [r / 1e9 for r in (bandwidth.min, bandwidth.median, bandwidth.max)]
     print(
         table(
             [
                 ("matrix-vector bandwidth (GB/s)", str(dtype), Summary.of(gigabytes)),
                 *(("decode tokens/s", name, s) for name, s in summaries.items()),
+                *(("event-loop CPU per token (us)", n, s) for n, s in cpu_summaries.items()),
             ],
         )
     )
@@ -263,6 +296,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ceiling_tokens_per_second": ceiling,
         "decode_tokens_per_second": {name: s.as_dict() for name, s in summaries.items()},
         "fraction_of_ceiling": {name: s.median / ceiling for name, s in summaries.items()},
+        "event_loop_cpu_microseconds_per_token": {n: s.as_dict() for n, s in cpu_summaries.items()},
         "decode_step_milliseconds": profile,
     }
 
