@@ -5,7 +5,9 @@ busy (a long streamed user generation), so A hands a greedy streamed chat comple
 after a varying number of text chunks B is killed (SIGKILL) and A's busy stream is dropped,
 so A finishes the request itself from the token ids it received. The client's text must be
 identical to an uninterrupted run's. B is restarted on the same port for the next run.
-Run: .venv/bin/python ops/check_peer_failover.py [--runs 20]
+With ``--seed N`` the chat is sampled (temperature 0.9, top_p 0.95, that seed) instead of
+greedy: A's resumed sampler skips the draws B made, so the text must still be identical.
+Run: .venv/bin/python ops/check_peer_failover.py [--runs 20] [--seed N]
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ from tests.e2e.test_peers import MODEL, QUESTION, SECRET, Busy, greedy, health, 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--seed", type=int, help="sample with this seed instead of greedy")
     args = parser.parse_args()
+    sampling: dict[str, float | int] = {"temperature": 0}
+    if args.seed is not None:
+        sampling = {"temperature": 0.9, "top_p": 0.95, "seed": args.seed}
     workdir = Path(tempfile.mkdtemp(prefix="peer-failover-"))
     b_config = {"peers": {"secret": SECRET, "node_id": "B"}}
     b = start_gateway(workdir / "b", b_config)
@@ -44,7 +50,7 @@ def main() -> None:
     )
     identical = 0
     try:
-        reference = greedy(a, max_tokens=60)
+        reference = greedy(a, max_tokens=60, **sampling)
         for run in range(args.runs):
             wait_until(lambda: all(p["state"] == "up" for p in health(a)["peers"]))
             kill_after = 2 + run % 10
@@ -53,7 +59,7 @@ def main() -> None:
             with (
                 Busy(a, 300) as busy,
                 client.chat.completions.with_streaming_response.create(
-                    model=MODEL, messages=QUESTION, max_tokens=60, temperature=0, stream=True
+                    model=MODEL, messages=QUESTION, max_tokens=60, stream=True, **sampling
                 ) as response,
             ):
                 served_by = response.headers.get("x-gateway-peer")
