@@ -123,24 +123,24 @@ def test_a_seeded_request_gets_the_tokens_its_hint_sampled_ahead(gateway: Runnin
         )
         return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
 
+    def speculate_with_hint(http: httpx.Client) -> None:
+        """The hint, with the draft and the sampling, until its answer's start is computed."""
+        hint = http.post(
+            "/v1/typing",
+            json={"messages": HISTORY, "draft": question, "session": "seeded", **sampling},
+        ).json()
+        assert wait_for_speculation(http, hint["id"])["speculated"]
+
     reference = sampled(None)
     assert reference != sampled_greedy(gateway, question)  # really sampled
     with gateway.http() as http:
         used_before = speculations(http, "used")
-        hint = http.post(
-            "/v1/typing",
-            json={"messages": HISTORY, "draft": question, "session": "seeded", **sampling},
-        ).json()
-        assert wait_for_speculation(http, hint["id"])["speculated"]
+        speculate_with_hint(http)
         assert sampled("seeded") == reference
         assert speculations(http, "used") == used_before + 1
         # Another seed than the hint's: the speculation is dropped, the answer is the request's.
         discarded_before = speculations(http, "discarded_sampling")
-        hint = http.post(
-            "/v1/typing",
-            json={"messages": HISTORY, "draft": question, "session": "seeded", **sampling},
-        ).json()
-        assert wait_for_speculation(http, hint["id"])["speculated"]
+        speculate_with_hint(http)
         sampling["seed"] = 99
         other = sampled("seeded")
         assert speculations(http, "discarded_sampling") == discarded_before + 1
