@@ -24,6 +24,7 @@ vocabulary projection's share.
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -71,10 +72,6 @@ GATEWAY_ROWS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 )
 
 
-def best_of(seconds: list[float]) -> float:
-    return sorted(seconds)[len(seconds) // 2]
-
-
 def timed(work: Any, repeats: int) -> float:
     """Median seconds of ``work()`` over ``repeats`` calls, after one discarded call."""
     work()
@@ -83,7 +80,7 @@ def timed(work: Any, repeats: int) -> float:
         started = time.perf_counter()
         work()
         seconds.append(time.perf_counter() - started)
-    return best_of(seconds)
+    return statistics.median(seconds)
 
 
 def matvec_bandwidth(runs: int, dtype: Any) -> list[float]:

@@ -55,7 +55,7 @@ class GrammarConstraint:
         self.bitmask = allocate_token_bitmask(1, self.vocab)
         self.use_metal = use_metal and sys.platform == "darwin"
         self._first = True
-        self.sampled: mx.array | None = None  # the last token drawn (see ``watch``)
+        self.sampled: mx.array | None = None  # the last token drawn (``watch``: required)
 
     def watch(self, sampler: Callable[[mx.array], mx.array]) -> Callable[[mx.array], mx.array]:
         """``sampler``, telling this constraint each token it draws (as a lazy array)."""
@@ -71,14 +71,14 @@ class GrammarConstraint:
 
         # The forward pass behind ``logits`` needs only the previous token: it is started
         # first, and the mask is computed on the host while it runs. The previous token is
-        # read from the sampler's own output, which is computed already or about to be;
+        # read from the sampler's own output (``watch``), computed already or about to be;
         # ``tokens[-1]`` would be a new array, evaluated only after the pass just started.
         mx.async_eval(logits)
         if self._first:
             self._first = False  # the prompt: nothing to consume
         else:
-            previous = self.sampled if self.sampled is not None else tokens[-1]
-            self.matcher.consume_token(int(previous.item()))  # type: ignore[arg-type]
+            assert self.sampled is not None, "the sampler is not watched"
+            self.matcher.consume_token(int(self.sampled.item()))  # type: ignore[arg-type]
         fill_next_token_bitmask(self.matcher, self.bitmask)
         if self.use_metal:
             from llguidance.mlx import apply_token_bitmask

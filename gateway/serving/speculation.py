@@ -2,15 +2,15 @@
 
 When a typing hint with a draft is ready and the user has paused for ``after_seconds``, the
 idle slot generates the first ``max_tokens`` tokens of the answer to the draft as the final
-user message with the hint's sampling: greedy, or seeded (what a request with the same
-temperature, top_p and seed would produce: a resumed sampler skips the draws already made). It is the most expendable work
-there is: any job that arrives cancels it (``Scheduler``), and a new keystroke (a newer hint)
-does too. When the chat request comes while the speculation still runs, it is stopped and
-what it has computed so far is adopted. When the chat request comes and its prompt tokens equal the speculated prompt and
-its sampling is the speculation's and plain, the stored tokens are sent at once and the generation goes
-on after them from their KV cache (``GenerationRequest.resume``: the detokenizer takes them in
-first), so the response is token-identical to a run without speculation. Otherwise the
-speculation is dropped and counted.
+user message, with the hint's sampling: greedy, or seeded (what a request with the same
+temperature, top_p and seed would draw: a resumed sampler skips the draws already made). It
+is the most expendable work there is: any job that arrives cancels it (``Scheduler``), and a
+new keystroke (a newer hint) does too. When the chat request comes and its prompt tokens
+equal the speculated prompt and its sampling is the speculation's and plain, the stored
+tokens are sent at once and the generation goes on after them from their KV cache
+(``GenerationRequest.resume``: the detokenizer takes them in first), so the response is
+token-identical to a run without speculation; a speculation still running then is stopped
+and what it has computed so far is used. Otherwise the speculation is dropped and counted.
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ from gateway.scheduler.jobs import Priority
 log = logging.getLogger(__name__)
 
 
+GREEDY = SamplingParams(temperature=0.0)
+
+
 @dataclass
 class Speculation:
     hint_id: str
@@ -50,9 +53,7 @@ class Speculation:
     complete: bool = False
     task: asyncio.Task[None] | None = None
     received: list[TokenEvent] = field(default_factory=list)  # so far, while it runs
-    adopted: bool = False  # stopped early by the request it answers: what it has is kept
-    keep: int = 0  # then: at most this many tokens (fewer than the request's max_tokens)
-    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0))
+    sampling: SamplingParams = GREEDY
 
     @property
     def token_ids(self) -> tuple[int, ...]:
@@ -147,14 +148,6 @@ class Speculator:
             log.info("speculation for %s ended: %s", speculation.hint_id, exc.message)
             self._drop(speculation, "failed")
             return
-        except asyncio.CancelledError:
-            if not speculation.adopted:
-                raise
-        if speculation.adopted:
-            # Stopped between two tokens (no tail was flushed): every token received counts.
-            speculation.events = events[: min(self.max_tokens, speculation.keep)]
-            speculation.complete = bool(speculation.events)
-            return
         if speculation.finished is None and len(events) < self.max_tokens + 1:
             self._drop(speculation, "preempted")  # cancelled before its end
             return
@@ -180,38 +173,47 @@ class Speculator:
             if speculation.tier != tier or (session is not None and speculation.session != session):
                 continue
             del self.by_hint[hint_id]
-            if not speculation.complete and await self._adopt(speculation, prompt, params):
+            running = not speculation.complete and speculation.prompt == tuple(prompt)
+            if running:
+                await self._stop_and_keep(speculation, params.max_tokens)
+            reason = self._unusable(speculation, prompt, params)
+            if reason is not None:
+                self._drop(speculation, reason)
+                continue
+            if running:
                 self.metrics.speculations.labels("adopted_running").inc()
-            if not speculation.complete:
-                self._drop(speculation, "incomplete")
-            elif speculation.prompt != tuple(prompt):
-                self._drop(speculation, "mismatch")
-            elif not serves(params, speculation.sampling, len(speculation.token_ids)):
-                self._drop(speculation, "sampling")
-            else:
-                self.metrics.speculations.labels("used").inc()
-                self.metrics.speculated_tokens_served.inc(len(speculation.token_ids))
-                return speculation
+            self.metrics.speculations.labels("used").inc()
+            self.metrics.speculated_tokens_served.inc(len(speculation.token_ids))
+            return speculation
         return None
 
-    async def _adopt(
-        self, speculation: Speculation, prompt: Sequence[int], params: SamplingParams
-    ) -> bool:
-        """Stop a running speculation that answers this request and keep what it has."""
+    @staticmethod
+    def _unusable(
+        speculation: Speculation, prompt: Sequence[int], params: SamplingParams
+    ) -> str | None:
+        """Why the speculation cannot start this request's answer, if it cannot."""
+        if not speculation.complete:
+            return "incomplete"
+        if speculation.prompt != tuple(prompt):
+            return "mismatch"
+        if not serves(params, speculation.sampling, len(speculation.token_ids)):
+            return "sampling"
+        return None
+
+    async def _stop_and_keep(self, speculation: Speculation, max_tokens: int | None) -> None:
+        """Stop a running speculation of this very prompt and keep what it has computed:
+        it stopped between two tokens (no tail was flushed), so every token received counts,
+        up to fewer than the request's ``max_tokens``."""
         task = speculation.task
-        if (
-            task is None
-            or task.done()
-            or not speculation.received
-            or speculation.prompt != tuple(prompt)
-            or not serves(params, speculation.sampling, 1)
-        ):
-            return False
-        speculation.adopted = True
-        speculation.keep = self.max_tokens if params.max_tokens is None else params.max_tokens - 1
+        if task is None or task.done():
+            return
         task.cancel()
         await asyncio.wait({task})
-        return speculation.complete
+        keep = self.max_tokens if max_tokens is None else min(self.max_tokens, max_tokens - 1)
+        if len(speculation.received) > keep:
+            speculation.finished = None  # its end is not among the tokens kept
+        speculation.events = speculation.received[:keep]
+        speculation.complete = bool(speculation.events)
 
     def _drop(self, speculation: Speculation, reason: str) -> None:
         self.by_hint.pop(speculation.hint_id, None)

@@ -44,7 +44,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import shorten
 from gateway.protocol.typing import TypingHint, TypingHintRequest
 from gateway.serving.messages import template_messages, tool_specs
-from gateway.serving.speculation import Speculation, Speculator
+from gateway.serving.speculation import GREEDY, Speculation, Speculator
 from gateway.serving.tiers import Tier, TierRegistry
 
 if TYPE_CHECKING:  # tasks run through the chat service, which joins hints: no import cycle
@@ -89,7 +89,7 @@ class Hint:
     expiry: asyncio.TimerHandle | None = None
     # What a speculation answers: the conversation with the draft as the last user message.
     answer_to: tuple[ChatMessage, ...] = ()
-    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0))
+    sampling: SamplingParams = GREEDY  # the request's, as the hint declares it
     tools: tuple[ToolSpec, ...] = ()
     speculated_tokens: int | None = None
 
