@@ -124,6 +124,12 @@ class TierSettings(_Section):
         300.0, ge=0, description="mlx: unload after this long unused (0 = never)."
     )
     preload: bool = Field(False, description="mlx: load at start instead of on first use.")
+    weights: Literal["auto", "4bit", "float32"] | None = Field(
+        None,
+        description="mlx, Linux CPU: hold the weights quantized (float32 activations) or "
+        "dequantized to float32; auto: float32 when that copy takes at most half of "
+        "memory_budget_bytes (default: the top-level weights setting).",
+    )
     base_url: str | None = Field(None, description="openai: e.g. http://127.0.0.1:8080/v1")
     api_key: str | None = Field(
         None, description="openai: the upstream's key (never the client's)."
@@ -194,7 +200,11 @@ class Settings(_Section):
         default_factory=dict,
         description="Extra model names clients may use (e.g. gpt-4o-mini) -> a tier or model id.",
     )
-    weights: Literal["auto", "4bit", "float32"] = "auto"
+    weights: Literal["auto", "4bit", "float32"] = Field(
+        "auto",
+        description="Linux CPU: the form of local models' weights (gateway.engines.weights); "
+        "auto chooses per model. Apple Silicon keeps each model's own form.",
+    )
     max_request_bytes: int = Field(4 * 1024**2, ge=1024)
     max_completion_tokens: int | None = Field(
         None,

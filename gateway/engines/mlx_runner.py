@@ -35,6 +35,7 @@ from gateway.engines.tool_format import (
     template_knows_tools,
     template_tools,
 )
+from gateway.engines.weights import WeightsMode, apply_weights
 
 log = logging.getLogger(__name__)
 
@@ -108,25 +109,24 @@ class MLXRunner:
         folder: Path,
         compute: ComputePath,
         default_stop: tuple[str, ...] = (),
+        weights: WeightsMode | None = None,
     ) -> None:
         import mlx.core as mx
         from mlx_lm import load
-        from mlx_lm.utils import dequantize_model
 
         self.model_id = model_id
         self.compute = compute
         self.folder = folder
-        self.fingerprint = weights_fingerprint(folder)
+        # The form of the weights (gateway.engines.weights); by default the compute path's.
+        self.weights: WeightsMode = weights or ("float32" if compute.dequantize else "native")
+        # KV caches computed under one form are not those of another: saved prefixes say which.
+        self.fingerprint = weights_fingerprint(folder, self.weights)
         self._llg_tokenizer: Any = None  # built on the first constrained request
         self.model, self.tokenizer, config = cast(
-            tuple[Any, Any, dict[str, Any]], load(str(folder), return_config=True)
+            tuple[Any, Any, dict[str, Any]], load(str(folder), return_config=True, lazy=True)
         )
-        if compute.dequantize:
-            # Dequantized weights come out float16 (the GGUF scales are float16), and MLX's
-            # CPU float16 matmul bypasses BLAS: float32 is what makes OpenBLAS do the work.
-            dequantize_model(self.model)
-            self.model.set_dtype(mx.float32)
-            mx.eval(self.model.parameters())
+        apply_weights(self.model, self.weights)
+        mx.eval(self.model.parameters())
         if compute.device == "metal":
             from mlx_lm.utils import maybe_set_recommended_wired_limit
 

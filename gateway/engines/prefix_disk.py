@@ -39,9 +39,10 @@ class DiskEntry:
     modified: float
 
 
-def weights_fingerprint(folder: Path) -> str:
-    """Identifies one import of a model: its import record and its weights file's identity."""
-    digest = hashlib.sha256()
+def weights_fingerprint(folder: Path, form: str = "") -> str:
+    """Identifies one import of a model: its import record, its weights files' identity and
+    the form they are held in (``gateway.engines.weights``: float32 or quantized)."""
+    digest = hashlib.sha256(form.encode())
     for name in ("gateway-import.json", "config.json"):
         path = folder / name
         if path.exists():

@@ -1,8 +1,8 @@
 """How many bytes a model folder will take once loaded, read from its safetensors headers.
 
-Used to decide, before loading, whether a model fits the memory budget. Nothing is loaded:
-a safetensors file starts with a little-endian u64 length and a JSON header of every
-tensor's dtype and shape.
+Used to decide, before loading, whether a model fits the memory budget and in which form its
+weights are held (``gateway.engines.weights``). Nothing is loaded: a safetensors file starts
+with a little-endian u64 length and a JSON header of every tensor's dtype and shape.
 """
 
 from __future__ import annotations
@@ -10,10 +10,22 @@ from __future__ import annotations
 import json
 import math
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "U8": 1, "I8": 1, "F64": 8}
+FLOAT_DTYPES = frozenset({"F32", "F16", "BF16", "F64"})
 FLOAT32_BYTES = 4
+
+
+@dataclass(frozen=True)
+class ModelBytes:
+    """Bytes of a model's weights in each form it can be held in (from its headers)."""
+
+    stored: int  # as on disk
+    float32: int  # everything dequantized to float32
+    quantized: int  # packed weights as stored, every float (scales, biases, norms) float32
+    is_quantized: bool
 
 
 def tensor_shapes(folder: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -28,30 +40,42 @@ def tensor_shapes(folder: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     return shapes
 
 
-def loaded_bytes(folder: Path, dequantized: bool) -> int:
-    """Bytes of weights in memory: as stored, or as float32 after dequantizing.
+def model_bytes(folder: Path) -> ModelBytes:
+    """The three sizes of a model folder's weights.
 
     A quantized ``<name>.weight`` (packed uint32) has ``<name>.scales`` beside it with one
     scale per group: its element count is the scales' count times the group size
     (``config.json``'s ``quantization``, per layer where the layer overrides it).
     """
     shapes = tensor_shapes(folder)
-    quantization = json.loads((folder / "config.json").read_text()).get("quantization") or {}
-    total = 0
+    config = json.loads((folder / "config.json").read_text())
+    quantization = config.get("quantization") or config.get("quantization_config") or {}
+    stored = float32 = quantized = 0
+    is_quantized = False
     for name, (dtype, shape) in shapes.items():
         count = math.prod(shape)
-        if not dequantized:
-            total += count * DTYPE_BYTES.get(dtype, 4)
-            continue
+        size = count * DTYPE_BYTES.get(dtype, 4)
+        stored += size
         stem = name.rsplit(".", 1)[0]
-        quantized = f"{stem}.scales" in shapes
-        if quantized and name.endswith((".scales", ".biases")):
+        packed = f"{stem}.scales" in shapes
+        if packed and name.endswith((".scales", ".biases")):
+            quantized += count * FLOAT32_BYTES
             continue  # folded into the float32 weight
-        if quantized and name.endswith(".weight"):
+        if packed and name.endswith(".weight"):
+            is_quantized = True
+            quantized += size
             layer = quantization.get(stem)
             group_size = int(
                 (layer if isinstance(layer, dict) else quantization).get("group_size", 64)
             )
-            count = math.prod(shapes[f"{stem}.scales"][1]) * group_size
-        total += count * FLOAT32_BYTES
-    return total
+            float32 += math.prod(shapes[f"{stem}.scales"][1]) * group_size * FLOAT32_BYTES
+            continue
+        float32 += count * FLOAT32_BYTES
+        quantized += count * FLOAT32_BYTES if dtype in FLOAT_DTYPES else size
+    return ModelBytes(stored, float32, quantized, is_quantized)
+
+
+def loaded_bytes(folder: Path, dequantized: bool) -> int:
+    """Bytes of weights in memory: as stored, or as float32 after dequantizing."""
+    sizes = model_bytes(folder)
+    return sizes.float32 if dequantized else sizes.stored

@@ -1,0 +1,93 @@
+"""How a model's weights are held in memory on this compute path, chosen per model.
+
+On Apple Silicon the model's own form is the fast one (Metal, 4-bit kernels): nothing
+changes. On a Linux CPU two forms are worth having (``shared/MODELS.md`` §3, §7):
+
+* ``float32``: every quantized layer dequantized and everything cast to float32, so OpenBLAS
+  does the matrix products: the fastest, but 8x the 4-bit size (a 7B model ~28 GB);
+* ``quantized``: the packed weights kept, scales, biases and every other float cast to
+  float32, so activations are float32 (MLX's CPU float16 matmul bypasses BLAS and its
+  float16 quantized kernels are ~35x slower): a little slower, 1/4-1/8 of the memory.
+
+``auto`` dequantizes a model when its float32 copy takes at most half of the memory budget
+(the other half is room for KV caches and another tier), and keeps it quantized otherwise.
+A model stored unquantized (float16/bfloat16) is cast to float32 when that fits, and kept as
+stored otherwise (slow on a CPU; the choice's reason says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gateway.engines.device import ComputePath
+from gateway.modelstore.footprint import ModelBytes
+
+WeightsMode = Literal["native", "float32", "quantized"]
+WeightsPreference = Literal["auto", "4bit", "float32"]
+# The share of memory_budget_bytes a dequantized copy may take under "auto".
+DEQUANTIZE_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class WeightsChoice:
+    mode: WeightsMode
+    bytes: int  # what the weights will take in memory in this form
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "bytes": self.bytes, "reason": self.reason}
+
+
+def choose_weights(
+    compute: ComputePath,
+    model: ModelBytes,
+    budget_bytes: int,
+    preference: WeightsPreference = "auto",
+) -> WeightsChoice:
+    """The form of one model's weights on ``compute`` (``preference`` from the settings)."""
+    if compute.device != "cpu":
+        return WeightsChoice("native", model.stored, f"{compute.device}: the model's own form")
+    if preference == "auto":
+        preference = "float32" if compute.dequantize else "4bit"
+        fits = model.float32 <= DEQUANTIZE_SHARE * budget_bytes
+        if preference == "float32" and not fits:
+            share = f"{DEQUANTIZE_SHARE:.0%} of memory_budget_bytes"
+            if model.is_quantized:
+                return WeightsChoice(
+                    "quantized",
+                    model.quantized,
+                    f"float32 copy ({_gib(model.float32)}) exceeds {share}: "
+                    "quantized weights, float32 activations",
+                )
+            return WeightsChoice(
+                "native",
+                model.stored,
+                f"float32 copy ({_gib(model.float32)}) exceeds {share}: kept as stored "
+                "(slow on a CPU: a quantized copy of this model would be faster)",
+            )
+    if preference == "float32":
+        return WeightsChoice("float32", model.float32, "dequantized to float32 (OpenBLAS)")
+    if model.is_quantized:
+        return WeightsChoice("quantized", model.quantized, "quantized, float32 activations")
+    return WeightsChoice("float32", model.float32, "unquantized model: float32 activations")
+
+
+def apply_weights(model: Any, mode: WeightsMode) -> None:
+    """Put a freshly loaded (lazy) mlx-lm model into ``mode``."""
+    if mode == "native":
+        return
+    import mlx.core as mx
+    from mlx_lm.utils import dequantize_model
+
+    if mode == "float32":
+        # Dequantized weights come out float16 (GGUF scales are float16), and MLX's CPU
+        # float16 matmul bypasses BLAS: float32 is what makes OpenBLAS do the work.
+        dequantize_model(model)
+    # set_dtype casts floating parameters only: packed uint32 weights stay as they are.
+    model.set_dtype(mx.float32)
+    mx.eval(model.parameters())
+
+
+def _gib(count: int) -> str:
+    return f"{count / 2**30:.1f} GiB"
