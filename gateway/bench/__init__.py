@@ -19,6 +19,7 @@ BENCHMARKS = {
     "structured": "decode tokens/s with constrained decoding (llguidance) vs without",
     "versus": "the gateway vs mlx_lm.server: cold, multi-turn and hinted TTFT, decode tokens/s",
     "upstream": "an OpenAI-upstream tier vs the same mlx_lm.server called directly",
+    "models": "a 1B-shape 4-bit qwen3 from the HF cache: load, peak RSS, decode, float32 vs 4-bit",
 }
 
 

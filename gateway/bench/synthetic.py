@@ -154,3 +154,31 @@ def build_synthetic(spec: SyntheticSpec, out: Path, tokenizer_from: Path | None 
         }
     (out / "config.json").write_text(json.dumps(config, indent=2))
     return out
+
+
+def place_in_hf_cache(folder: Path, cache: Path, repo_id: str, commit: str | None = None) -> Path:
+    """Lay ``folder``'s files out as the Hugging Face hub cache does, by hand (no network):
+    ``models--{org}--{name}/refs/main`` holds the commit id, ``snapshots/<commit>/<file>`` are
+    relative links to ``blobs/<sha256>``. Returns the snapshot folder."""
+    import hashlib
+
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    commit = commit or hashlib.sha1(repo_id.encode()).hexdigest()
+    snapshot = repo / "snapshots" / commit
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)  # no trailing newline, as the hub writes it
+    for file in sorted(p for p in folder.iterdir() if p.is_file()):
+        digest = hashlib.sha256()
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 24), b""):
+                digest.update(block)
+        blob = repo / "blobs" / digest.hexdigest()
+        if not blob.exists():
+            shutil.copyfile(file, blob)
+        link = snapshot / file.name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(Path("../..") / "blobs" / blob.name)
+    return snapshot
