@@ -32,9 +32,10 @@ from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.residency import LocalModels, Resident
 from gateway.engines.runner import ModelRunner
 from gateway.engines.upstream import OpenAIUpstreamBackend, UpstreamConfig, is_loopback_url
+from gateway.engines.weights import WeightsChoice, WeightsMode, WeightsPreference, choose_weights
 from gateway.errors import AuthenticationError, ShuttingDownError
 from gateway.metrics import GatewayMetrics
-from gateway.modelstore.footprint import loaded_bytes
+from gateway.modelstore.footprint import model_bytes
 from gateway.modelstore.store import KNOWN_MODELS, ModelStore
 from gateway.peers.inbox import PeerInbox
 from gateway.peers.nodes import Peers
@@ -65,7 +66,8 @@ from gateway.tasks.definitions import BUILTIN_PROMPTS, TaskCatalog
 log = logging.getLogger("gateway")
 
 # Builds a model runner on the inference thread (tests pass a fake one).
-RunnerFactory = Callable[[str, ComputePath], ModelRunner]
+# (model id, compute path, the form of its weights) -> a loaded runner, on the inference thread.
+RunnerFactory = Callable[[str, ComputePath, WeightsMode], ModelRunner]
 UNAUTHENTICATED_PATHS = frozenset({"/health", "/"})
 # The playground's files are public: the page asks for the API key itself.
 UNAUTHENTICATED_PREFIXES: tuple[str, ...] = ("/playground/",)
@@ -98,12 +100,12 @@ class Services:
 def mlx_runner_factory(settings: Settings) -> RunnerFactory:
     """Import (first time only) and load each model with the MLX runner."""
 
-    def build(model_id: str, compute: ComputePath) -> ModelRunner:
+    def build(model_id: str, compute: ComputePath, weights: WeightsMode) -> ModelRunner:
         from gateway.engines.mlx_runner import MLXRunner
 
         store = ModelStore(settings.cache_dir)
         folder = store.ensure(model_id, lambda msg: log.info("%s", msg))
-        return MLXRunner(model_id, folder, compute, store.default_stop(model_id))
+        return MLXRunner(model_id, folder, compute, store.default_stop(model_id), weights)
 
     return build
 
@@ -141,7 +143,8 @@ class _Wiring:
     prefix_store: PrefixCacheStore
     disk: DiskPrefixes
     build_runner: RunnerFactory
-    estimates: dict[str, int]  # bytes each local model will hold once loaded
+    # Per local tier: the form its weights will take and the bytes they will hold.
+    weights: dict[str, WeightsChoice]
 
     def backend(self, name: str, tier: TierSettings) -> Backend:
         if tier.kind == "openai":
@@ -159,13 +162,20 @@ class _Wiring:
                 context_length=tier.context_length,
             )
             return OpenAIUpstreamBackend(name, config, self.metrics, self.scheduler)
+        weights = self.weights.get(name)
         resident = self.local_models.register(
             Resident(
                 tier=name,
                 model_id=tier.model,
-                load=functools.partial(self.build_runner, tier.model, self.compute),
-                estimated_bytes=self.estimates.get(tier.model, 0),
+                load=functools.partial(
+                    self.build_runner,
+                    tier.model,
+                    self.compute,
+                    weights.mode if weights else "native",
+                ),
+                estimated_bytes=weights.bytes if weights else 0,
                 keep_alive_seconds=tier.keep_alive_seconds,
+                weights=weights,
             )
         )
         return LocalBackend(
@@ -263,14 +273,18 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
         await local_models.start()
         backends: list[Backend] = []
         try:
-            estimates: dict[str, int] = {}
+            weights: dict[str, WeightsChoice] = {}
             if runner_factory is None:
-                estimate = _estimator(settings, compute)
-                for tier_settings in settings.tiers.values():
-                    if tier_settings.kind == "mlx" and tier_settings.model not in estimates:
+                plan = _weights_planner(settings, compute)
+                for name, tier_settings in settings.tiers.items():
+                    if tier_settings.kind == "mlx":
                         # Importing (first time only) uses MLX: on the inference thread.
-                        estimates[tier_settings.model] = await scheduler.run_on_engine_thread(
-                            functools.partial(estimate, tier_settings.model)
+                        weights[name] = await scheduler.run_on_engine_thread(
+                            functools.partial(
+                                plan,
+                                tier_settings.model,
+                                tier_settings.weights or settings.weights,
+                            )
                         )
             wiring = _Wiring(
                 settings=settings,
@@ -283,7 +297,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
                     prefix_disk_folder(settings), settings.cache.persist_prefix_bytes
                 ),
                 build_runner=runner_factory or mlx_runner_factory(settings),
-                estimates=estimates,
+                weights=weights,
             )
             tiers = {}
             for name, tier_settings in settings.tiers.items():
@@ -426,14 +440,19 @@ def _no_memory() -> dict[str, int]:
     return {"active": 0, "peak": 0}
 
 
-def _estimator(settings: Settings, compute: ComputePath) -> Callable[[str], int]:
-    """Bytes a model will hold once loaded (importing it first, once, if needed)."""
+def _weights_planner(
+    settings: Settings, compute: ComputePath
+) -> Callable[[str, WeightsPreference], WeightsChoice]:
+    """The form of a model's weights and the bytes they will hold once loaded (importing the
+    model first, once, if needed)."""
 
-    def estimate(model_id: str) -> int:
+    def plan(model_id: str, preference: WeightsPreference) -> WeightsChoice:
         folder = ModelStore(settings.cache_dir).ensure(model_id, lambda msg: log.info("%s", msg))
-        return loaded_bytes(folder, compute.dequantize)
+        return choose_weights(
+            compute, model_bytes(folder), settings.memory_budget_bytes, preference
+        )
 
-    return estimate
+    return plan
 
 
 async def drain(app: Litestar) -> None:

@@ -104,17 +104,12 @@ def matvec_bandwidth(runs: int, dtype: Any) -> list[float]:
 
 def load_model(folder: Path) -> tuple[Any, Any, int]:
     """The model as the gateway computes with it, its tokenizer and its weights' bytes."""
-    import mlx.core as mx
     from mlx.utils import tree_flatten
-    from mlx_lm import load
-    from mlx_lm.utils import dequantize_model
 
     from gateway.engines.device import choose_compute_path
+    from gateway.engines.weights import default_mode, load_model
 
-    model, tokenizer = load(str(folder))[:2]
-    if choose_compute_path().dequantize:
-        dequantize_model(model)
-        model.set_dtype(mx.float32)
+    model, tokenizer, _ = load_model(folder, default_mode(choose_compute_path()))
     parameters: Any = tree_flatten(model.parameters())
     return model, tokenizer, sum(int(value.nbytes) for _, value in parameters)
 

@@ -36,15 +36,12 @@ def _raw_runner(model_folder: Path, max_tokens: int) -> Callable[[], dict[str, f
 
     compute = choose_compute_path()  # before MLX is imported, as the gateway does
     import mlx.core as mx
-    from mlx_lm import load, stream_generate
+    from mlx_lm import stream_generate
     from mlx_lm.sample_utils import make_sampler
-    from mlx_lm.utils import dequantize_model
 
-    model, tokenizer = load(str(model_folder))[:2]
-    if compute.dequantize:
-        dequantize_model(model)
-        model.set_dtype(mx.float32)
-        mx.eval(model.parameters())
+    from gateway.engines.weights import default_mode, load_model
+
+    model, tokenizer, _ = load_model(model_folder, default_mode(compute))
 
     def run_once() -> dict[str, float]:
         mx.random.seed(SEED)

@@ -67,18 +67,14 @@ def _raw_tail_floor() -> Callable[[], float]:
 
     compute = choose_compute_path()  # before MLX is imported, as the gateway does
     import mlx.core as mx
-    from mlx_lm import load
     from mlx_lm.models.cache import make_prompt_cache
-    from mlx_lm.utils import dequantize_model
 
     from gateway.config import default_cache_dir
+    from gateway.engines.weights import default_mode, load_model
     from gateway.modelstore.store import ModelStore
 
     folder = ModelStore(default_cache_dir()).ensure(DEFAULT_MODEL_ID)
-    model, tokenizer = load(str(folder))[:2]
-    if compute.dequantize:
-        dequantize_model(model)
-        model.set_dtype(mx.float32)
+    model, tokenizer, _ = load_model(folder, default_mode(compute))
     context = fixed_context("rawfloor")
     fixed = tokenizer.apply_chat_template(context, add_generation_prompt=False)
     full = tokenizer.apply_chat_template(

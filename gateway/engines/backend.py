@@ -195,6 +195,8 @@ class BackendHealth:
     state: str  # "loaded" | "unloaded" | "loading" | "reachable" | "unreachable"
     memory_bytes: int = 0
     detail: str | None = None
+    # Local tiers: how the weights are held ({"mode", "bytes", "reason"}, gateway.engines.weights).
+    weights: dict[str, Any] | None = None
 
 
 class Backend(Protocol):

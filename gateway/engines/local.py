@@ -332,6 +332,7 @@ class LocalBackend:
             loaded=resident.runner is not None,
             state=resident.state,
             memory_bytes=resident.loaded_bytes,
+            weights=resident.weights.as_dict() if resident.weights else None,
         )
 
     async def close(self) -> None:

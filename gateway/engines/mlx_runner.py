@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from gateway.engines.backend import (
     BackendEvent,
@@ -35,7 +35,7 @@ from gateway.engines.tool_format import (
     template_knows_tools,
     template_tools,
 )
-from gateway.engines.weights import WeightsMode, apply_weights
+from gateway.engines.weights import WeightsMode, default_mode, load_model
 
 log = logging.getLogger(__name__)
 
@@ -112,21 +112,16 @@ class MLXRunner:
         weights: WeightsMode | None = None,
     ) -> None:
         import mlx.core as mx
-        from mlx_lm import load
 
         self.model_id = model_id
         self.compute = compute
         self.folder = folder
         # The form of the weights (gateway.engines.weights); by default the compute path's.
-        self.weights: WeightsMode = weights or ("float32" if compute.dequantize else "native")
+        self.weights: WeightsMode = weights or default_mode(compute)
         # KV caches computed under one form are not those of another: saved prefixes say which.
         self.fingerprint = weights_fingerprint(folder, self.weights)
         self._llg_tokenizer: Any = None  # built on the first constrained request
-        self.model, self.tokenizer, config = cast(
-            tuple[Any, Any, dict[str, Any]], load(str(folder), return_config=True, lazy=True)
-        )
-        apply_weights(self.model, self.weights)
-        mx.eval(self.model.parameters())
+        self.model, self.tokenizer, config = load_model(folder, self.weights)
         if compute.device == "metal":
             from mlx_lm.utils import maybe_set_recommended_wired_limit
 

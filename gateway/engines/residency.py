@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from gateway.engines.runner import ModelRunner
+from gateway.engines.weights import WeightsChoice
 from gateway.errors import ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
 from gateway.scheduler.jobs import Job, Priority
@@ -43,6 +44,7 @@ class Resident:
     load: RunnerLoader
     estimated_bytes: int
     keep_alive_seconds: float  # 0: never unloaded for idleness
+    weights: WeightsChoice | None = None  # the form its weights take (None: not planned)
     runner: ModelRunner | None = None
     loaded_bytes: int = 0  # measured at load time
     in_use: int = 0  # requests holding the runner (queued, running or paused)

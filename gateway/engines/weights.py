@@ -18,7 +18,8 @@ stored otherwise (slow on a CPU; the choice's reason says so).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, cast
 
 from gateway.engines.device import ComputePath
 from gateway.modelstore.footprint import ModelBytes
@@ -71,6 +72,28 @@ def choose_weights(
     if model.is_quantized:
         return WeightsChoice("quantized", model.quantized, "quantized, float32 activations")
     return WeightsChoice("float32", model.float32, "unquantized model: float32 activations")
+
+
+def default_mode(compute: ComputePath) -> WeightsMode:
+    """The form a model takes on ``compute`` when no per-model choice was made."""
+    if compute.device != "cpu":
+        return "native"
+    return "float32" if compute.dequantize else "quantized"
+
+
+def load_model(folder: Path, mode: WeightsMode) -> tuple[Any, Any, dict[str, Any]]:
+    """The one way a model folder is loaded: mlx-lm's ``load`` (lazy, so a dequantized copy
+    is made without first materializing the stored one), then its weights put in ``mode``
+    and evaluated. Returns the model, its tokenizer and its config."""
+    import mlx.core as mx
+    from mlx_lm import load
+
+    model, tokenizer, config = cast(
+        tuple[Any, Any, dict[str, Any]], load(str(folder), return_config=True, lazy=True)
+    )
+    apply_weights(model, mode)
+    mx.eval(model.parameters())
+    return model, tokenizer, config
 
 
 def apply_weights(model: Any, mode: WeightsMode) -> None:

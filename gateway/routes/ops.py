@@ -42,6 +42,7 @@ class OpsController(Controller):
                     "state": state.state,
                     "loaded": state.loaded,
                     "memory_bytes": state.memory_bytes,
+                    **({"weights": state.weights} if state.weights else {}),
                     **({"detail": state.detail} if state.detail else {}),
                 }
                 for name, state in states.items()

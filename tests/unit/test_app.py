@@ -15,7 +15,7 @@ async def test_a_secret_is_required_everywhere_but_health() -> None:
     settings = load_settings(
         overrides={"api_key": "s3cret", "cache": {"prefix_cache_bytes": 0}}, environ={}
     )
-    app = create_app(settings, runner_factory=lambda model_id, compute: FakeRunner())  # type: ignore[arg-type,return-value]
+    app = create_app(settings, runner_factory=lambda *_: FakeRunner())  # type: ignore[arg-type,return-value]
     async with AsyncTestClient(app) as client:
         assert (await client.get("/health")).status_code == 200
         denied = await client.post("/v1/chat/completions", json=BODY)
@@ -37,7 +37,7 @@ async def test_auth_edges_bearer_scheme_x_api_key_and_www_authenticate() -> None
     settings = load_settings(
         overrides={"api_key": "s3cret", "cache": {"prefix_cache_bytes": 0}}, environ={}
     )
-    app = create_app(settings, runner_factory=lambda model_id, compute: FakeRunner())  # type: ignore[arg-type,return-value]
+    app = create_app(settings, runner_factory=lambda *_: FakeRunner())  # type: ignore[arg-type,return-value]
     async with AsyncTestClient(app) as client:
         denied = await client.get("/v1/models")
         assert denied.status_code == 401
