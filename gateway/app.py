@@ -36,6 +36,7 @@ from gateway.engines.weights import WeightsChoice, WeightsMode, WeightsPreferenc
 from gateway.errors import AuthenticationError, ShuttingDownError
 from gateway.metrics import GatewayMetrics
 from gateway.modelstore.footprint import model_bytes
+from gateway.modelstore.sources import ResolvedModel, parse_model_ref, resolve
 from gateway.modelstore.store import KNOWN_MODELS, ModelStore
 from gateway.peers.inbox import PeerInbox
 from gateway.peers.nodes import Peers
@@ -98,16 +99,21 @@ class Services:
 
 
 def mlx_runner_factory(settings: Settings) -> RunnerFactory:
-    """Import (first time only) and load each model with the MLX runner."""
+    """Find each model (importing a GGUF the first time only) and load it with the MLX runner."""
 
     def build(model_id: str, compute: ComputePath, weights: WeightsMode) -> ModelRunner:
         from gateway.engines.mlx_runner import MLXRunner
 
-        store = ModelStore(settings.cache_dir)
-        folder = store.ensure(model_id, lambda msg: log.info("%s", msg))
-        return MLXRunner(model_id, folder, compute, store.default_stop(model_id), weights)
+        model = resolve_model(settings, model_id)
+        return MLXRunner(model_id, model.folder, compute, model.default_stop, weights)
 
     return build
+
+
+def resolve_model(settings: Settings, model_id: str) -> ResolvedModel:
+    """The folder to load for a tier's model reference (``gateway.modelstore.sources``)."""
+    store = ModelStore(settings.cache_dir)
+    return resolve(parse_model_ref(model_id), store, progress=lambda msg: log.info("%s", msg))
 
 
 def _memory_probe() -> dict[str, int]:
@@ -447,7 +453,7 @@ def _weights_planner(
     model first, once, if needed)."""
 
     def plan(model_id: str, preference: WeightsPreference) -> WeightsChoice:
-        folder = ModelStore(settings.cache_dir).ensure(model_id, lambda msg: log.info("%s", msg))
+        folder = resolve_model(settings, model_id).folder
         return choose_weights(
             compute, model_bytes(folder), settings.memory_budget_bytes, preference
         )

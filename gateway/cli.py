@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import os
 import sys
 import time
 from collections.abc import Sequence
 
+from gateway.cli_models import add_models_parser, check_model_sources
 from gateway.config import ConfigError, load_settings
+from gateway.errors import ModelImportError, ModelNotFoundError
 
 log = logging.getLogger("gateway")
 
@@ -28,6 +29,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.server import GatewayServer
 
     settings = _settings_from(args)
+    # Before anything slow: a model that is not on disk fails now, naming what to run.
+    check_model_sources(settings)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -46,35 +49,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     GatewayServer(config, lambda: drain(app)).run()
     return 0
-
-
-def cmd_models_list(args: argparse.Namespace) -> int:
-    from gateway.modelstore.store import ModelStore
-
-    settings = _settings_from(args)
-    for status in ModelStore(settings.cache_dir).list():
-        mark = "imported" if status.imported else "not imported"
-        print(f"{status.id:28} {mark:13} {status.path}\n{'':28} {status.description}")
-    return 0
-
-
-def cmd_models_import(args: argparse.Namespace) -> int:
-    from gateway.engines.device import choose_compute_path
-    from gateway.modelstore.store import ModelStore
-
-    settings = _settings_from(args)
-    choose_compute_path(settings.weights)
-    store = ModelStore(settings.cache_dir)
-    for model_id in args.models or [settings.default_model]:
-        if store.is_imported(model_id) and not args.force:
-            print(f"{model_id}: already imported at {store.path_for(model_id)}")
-            continue
-        store.import_model(model_id, functools.partial(_progress, model_id))
-    return 0
-
-
-def _progress(model_id: str, message: str) -> None:
-    print(f"  {model_id}: {message}", flush=True)
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -116,14 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default 8000, or GATEWAY_PORT)")
     serve.set_defaults(func=cmd_serve)
 
-    models = sub.add_parser("models", help="list or import models")
-    models_sub = models.add_subparsers(dest="models_command", required=True)
-    listing = models_sub.add_parser("list", parents=[common], help="known models and their state")
-    listing.set_defaults(func=cmd_models_list)
-    importing = models_sub.add_parser("import", parents=[common], help="import model(s) now")
-    importing.add_argument("models", nargs="*", help="model ids (default: the default model)")
-    importing.add_argument("--force", action="store_true", help="import again even if present")
-    importing.set_defaults(func=cmd_models_import)
+    add_models_parser(sub, common)
 
     cache = sub.add_parser("cache", help="prefix KV caches saved to disk")
     cache_sub = cache.add_subparsers(dest="cache_command", required=True)
@@ -147,6 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except ConfigError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
+        return 2
+    except (ModelNotFoundError, ModelImportError) as exc:
+        print(f"gateway: {exc.message}", file=sys.stderr)
         return 2
 
 

