@@ -208,6 +208,13 @@ def _main_dtype(folder: Path) -> str:
     return max(counts, key=lambda d: counts[d]) if counts else "?"
 
 
+def _main_type(elements_by_type: Mapping[str, int]) -> str:
+    """The ggml type holding most weights (``Q4_K``), not the small norms' F32."""
+    if not elements_by_type:
+        return "?"
+    return max(elements_by_type, key=lambda kind: elements_by_type[kind])
+
+
 def _with_memory(entry: CatalogEntry, sizes: ModelBytes, context: CatalogContext) -> CatalogEntry:
     choice = choose_weights(context.compute, sizes, context.budget_bytes, context.preference)
     return replace(
@@ -239,7 +246,7 @@ def _describe_gguf(
         format="gguf",
         architecture=architecture,
         parameters=summary.parameters,
-        quantization=", ".join(summary.quant_types),
+        quantization=_main_type(summary.elements_by_type),
         disk_bytes=summary.file_bytes,
         context_length=summary.context_length,
         imported=imported,

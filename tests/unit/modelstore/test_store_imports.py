@@ -1,0 +1,61 @@
+"""A user's GGUF is imported once, again when the file changes; only imports are removed."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.modelstore import gguf as gguf_package
+from gateway.modelstore import store as store_module
+from gateway.modelstore.store import MANIFEST, ModelStore
+
+
+@pytest.fixture
+def conversions(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """A fake converter (writes one file) and no MLX verification: the store's own logic."""
+    done: list[Path] = []
+
+    def convert(gguf: Path, out: Path, progress: Any) -> dict[str, Any]:
+        done.append(gguf)
+        (out / "config.json").write_text("{}")
+        return {"architecture": "llama", "quant_types": ["Q8_0"]}
+
+    monkeypatch.setattr(gguf_package, "convert_gguf", convert, raising=False)
+    monkeypatch.setattr(store_module, "_verify", lambda folder: None)
+    return done
+
+
+def test_import_once_again_when_changed(tmp_path: Path, conversions: list[Path]) -> None:
+    store = ModelStore(tmp_path / "cache")
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF-one")
+    folder = store.ensure_gguf("gguf--m", gguf, str(gguf))
+    assert store.ensure_gguf("gguf--m", gguf, str(gguf)) == folder
+    assert conversions == [gguf]
+    manifest = json.loads((folder / MANIFEST).read_text())
+    assert manifest["source"] == str(gguf) and manifest["source_bytes"] == 8
+    assert manifest["reference"] == str(gguf)
+    assert manifest["import"] == {"architecture": "llama", "quant_types": ["Q8_0"]}
+    stat = gguf.stat()
+    os.utime(gguf, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert not store.is_current("gguf--m", gguf)
+    store.ensure_gguf("gguf--m", gguf, str(gguf))
+    assert len(conversions) == 2
+    assert list(store.imports()) == ["gguf--m"]
+    assert [p.name for p in store.root.iterdir()] == ["gguf--m"]  # no staging left
+
+
+def test_remove_only_imports(tmp_path: Path, conversions: list[Path]) -> None:
+    store = ModelStore(tmp_path / "cache")
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    folder = store.ensure_gguf("gguf--m", gguf, str(gguf))
+    (store.root / "not-ours").mkdir()
+    assert not store.remove("not-ours")
+    assert not store.remove("../m.gguf")
+    assert store.remove("gguf--m") and not folder.exists()
+    assert gguf.exists()
