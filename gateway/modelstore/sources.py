@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from gateway.errors import ModelNotFoundError
 from gateway.modelstore import hf_cache, lmstudio, ollama
-from gateway.modelstore.gguf_import import ProgressCallback
+from gateway.modelstore.gguf.convert import ProgressCallback
 from gateway.modelstore.store import KNOWN_MODELS, ModelStore
 
 SourceKind = Literal["known", "folder", "gguf", "hf", "ollama", "lmstudio"]

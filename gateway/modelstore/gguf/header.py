@@ -1,0 +1,97 @@
+"""What a GGUF file is, from its header alone: for the catalog, which lists many files at once.
+
+A summary never builds arrays of tensors or decodes a vocabulary (see ``reader``); repeated
+calls on an unchanged file (same size and modification time) are answered from memory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from gateway.modelstore.gguf.architectures import SUPPORTED_ARCHITECTURES
+from gateway.modelstore.gguf.quants import IMPORTABLE_TYPES, mlx_bits
+from gateway.modelstore.gguf.reader import read_gguf
+
+# MLX affine quantization stores, per group of 32 values, one float32 scale and one float32
+# bias (MODELS.md section 2: float16 scales cost quality): 8 bytes.
+_GROUP = 32
+_SCALE_BIAS_BYTES = 8
+# Float tensors keep their width; F64 (rare) is imported as float32.
+_FLOAT_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 4}
+
+
+@dataclass(frozen=True)
+class GGUFSummary:
+    """A GGUF file as the catalog shows it."""
+
+    # mlx-lm's model_type for the architecture (``qwen3_moe``), or the GGUF's own name
+    # (``general.architecture``) when the importer does not support it.
+    architecture: str
+    supported: bool  # the architecture and every tensor type can be imported
+    parameters: int  # elements of all tensors
+    quant_types: dict[str, int]  # ggml type name -> number of tensors
+    context_length: int | None
+    file_bytes: int
+    has_chat_template: bool
+    name: str | None  # general.name
+    # ggml type name -> elements stored in it (what the memory estimate needs).
+    elements_by_type: dict[str, int]
+
+
+def read_summary(path: Path) -> GGUFSummary:
+    """Summarize ``path`` from its header (about 20 ms for a 50k-token vocabulary)."""
+    stat = os.stat(path)
+    return _summary(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=512)
+def _summary(path: str, size: int, mtime_ns: int) -> GGUFSummary:
+    header = read_gguf(Path(path), values=False)
+    meta = header.metadata
+    gguf_arch = str(meta.get("general.architecture", "unknown"))
+    spec = SUPPORTED_ARCHITECTURES.get(gguf_arch)
+    counts: dict[str, int] = {}
+    elements: dict[str, int] = {}
+    for tensor in header.tensors:
+        kind = tensor.type_name
+        counts[kind] = counts.get(kind, 0) + 1
+        elements[kind] = elements.get(kind, 0) + tensor.elements
+    context = meta.get(f"{gguf_arch}.context_length")
+    name = meta.get("general.name")
+    return GGUFSummary(
+        architecture=spec.model_type if spec else gguf_arch,
+        supported=spec is not None and all(kind in IMPORTABLE_TYPES for kind in counts),
+        parameters=sum(elements.values()),
+        quant_types=dict(sorted(counts.items())),
+        context_length=int(context) if context is not None else None,
+        file_bytes=header.file_bytes,
+        has_chat_template=bool(meta.get("tokenizer.chat_template")),
+        name=str(name) if name is not None else None,
+        elements_by_type=dict(sorted(elements.items())),
+    )
+
+
+def estimate_loaded_bytes(summary_or_path: GGUFSummary | Path | str, dequantized: bool) -> int:
+    """Bytes the imported weights take in memory.
+
+    ``dequantized``: every weight as float32 (the Linux fast path when it fits). Otherwise
+    as imported: float tensors keep their width, quantized ones become MLX affine at the
+    width the importer chooses (4, 5 or 8 bits) plus a float32 scale and bias per 32 values.
+    """
+    summary = (
+        summary_or_path
+        if isinstance(summary_or_path, GGUFSummary)
+        else read_summary(Path(summary_or_path))
+    )
+    total = 0
+    for kind, count in summary.elements_by_type.items():
+        if dequantized:
+            total += 4 * count
+        elif kind in _FLOAT_BYTES:
+            total += _FLOAT_BYTES[kind] * count
+        else:
+            total += count * mlx_bits(kind) // 8 + count // _GROUP * _SCALE_BIAS_BYTES
+    return total
