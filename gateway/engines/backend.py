@@ -21,9 +21,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gateway.scheduler.jobs import Priority
+
+if TYPE_CHECKING:
+    from gateway.engines.reasoning import ReplyFormat
 
 ChatMessage = dict[str, Any]
 FinishReason = Literal["stop", "length"]
@@ -61,6 +64,8 @@ class SamplingParams:
     grammar: Grammar | None = None
     # Log-probabilities of the chosen tokens and of this many alternatives (0-20); None: off.
     logprobs: int | None = None
+    # Tokens the reasoning section may take before its end marker is forced; None: no limit.
+    reasoning_budget: int | None = None
 
 
 @dataclass(frozen=True)
@@ -89,10 +94,13 @@ class Capabilities:
 class Prompt:
     """A conversation as the backend will feed it: tokens when the backend renders locally.
 
-    Remote backends render prompts themselves; their ``tokens`` is None.
+    Remote backends render prompts themselves; their ``tokens`` is None. ``reply`` says how
+    the model's reply to it is laid out (reasoning section, tool-call format); None: plain
+    text, Hermes calls.
     """
 
     tokens: tuple[int, ...] | None = None
+    reply: ReplyFormat | None = None
 
 
 @dataclass(frozen=True)
@@ -218,10 +226,14 @@ class Backend(Protocol):
         ...
 
     async def render(
-        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        thinking: bool | None = None,
     ) -> Prompt:
         """The prompt the backend will feed for ``messages`` and the functions described to
-        the model (tokens only if it renders)."""
+        the model (tokens only if it renders). ``thinking``: the template's thinking switch
+        (``enable_thinking``) where it has one; None: the template's default."""
         ...
 
     async def render_text(self, prompt: TextPrompt) -> Prompt:

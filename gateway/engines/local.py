@@ -136,14 +136,18 @@ class LocalBackend:
     # -- prompts -----------------------------------------------------------------------------
 
     async def render(
-        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        thinking: bool | None = None,
     ) -> Prompt:
         described = sum(len(str(tool.parameters)) + len(tool.description or "") for tool in tools)
-        tokens = await self._with_runner(
-            lambda runner: runner.render_chat(messages, tools=tools),
-            _characters(messages) + described,
-        )
-        return Prompt(tuple(tokens))
+
+        def render(runner: ModelRunner) -> Prompt:
+            tokens = runner.render_chat(messages, tools=tools, thinking=thinking)
+            return Prompt(tuple(tokens), runner.reply_format(tokens, thinking))
+
+        return await self._with_runner(render, _characters(messages) + described)
 
     async def render_text(self, prompt: TextPrompt) -> Prompt:
         tokens = await self._with_runner(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,11 @@ from gateway.engines.backend import (
 )
 from gateway.engines.constrained import GrammarConstraint, make_llg_tokenizer
 from gateway.engines.device import ComputePath
+from gateway.engines.family import TAIL_TOKENS, ModelFamily, family_of
 from gateway.engines.logprobs import TokenSpeller
 from gateway.engines.prefix_disk import weights_fingerprint
+from gateway.engines.reasoning import ReplyFormat, opened_in
+from gateway.engines.reasoning_budget import ThinkingBudget
 from gateway.engines.runner import KVCache, PromptState
 from gateway.engines.stops import StopMatcher
 from gateway.engines.tool_format import (
@@ -166,13 +170,17 @@ class MLXRunner:
         tools: Sequence[ToolSpec] = (),
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
+        thinking: bool | None = None,
     ) -> list[int]:
         extra: dict[str, Any] = {}
+        if thinking is not None:  # mlx-lm maps it onto the template's own keyword
+            extra["enable_thinking"] = thinking
         uses_tools = bool(tools) or any(
             m.get("role") == "tool" or m.get("tool_calls") for m in messages
         )
         if uses_tools and self.template_knows_tools:
             extra["tools"] = template_tools(tools) if tools else None
+            messages = self.family.template_messages(messages)
         elif uses_tools:
             messages = generic_tool_messages(messages, tools)
         rendered = self.tokenizer.apply_chat_template(
@@ -185,6 +193,15 @@ class MLXRunner:
         if isinstance(rendered, Mapping):  # some transformers versions return a BatchEncoding
             rendered = rendered["input_ids"]
         return [int(t) for t in rendered]
+
+    @cached_property
+    def family(self) -> ModelFamily:
+        """The template's reasoning markers, thinking switch and tool-call format."""
+        return family_of(self.tokenizer)
+
+    def reply_format(self, prompt: Sequence[int], thinking: bool | None = None) -> ReplyFormat:
+        tail = str(self.tokenizer.decode(list(prompt[-TAIL_TOKENS:]))) if prompt else ""
+        return self.family.reply_format(tail, thinking)
 
     def render_text(self, text: str) -> list[int]:
         # With the tokenizer's own special tokens (Gemma's <bos>), as a raw prompt needs.
@@ -272,7 +289,13 @@ class MLXRunner:
         head = len(uncached) - (len(uncached) % chunk or chunk) if len(uncached) > chunk else 0
         max_tokens = params.max_tokens or self.context_length - len(prompt)
         steps = self._sampled_tokens(
-            uncached[head:], cache, params, max_tokens, constraint, generation.resumed
+            uncached[head:],
+            cache,
+            params,
+            max_tokens,
+            constraint,
+            generation.resumed,
+            self._thinking_budget(prompt, params, generation.resumed),
         )
         detokenizer = self.tokenizer.detokenizer
         if generation.continues_text:
@@ -341,6 +364,27 @@ class MLXRunner:
             offset = self.cache_length(cache)
             generation.state = PromptState(cache, tuple((prompt + generated)[:offset]))
 
+    def _thinking_budget(
+        self, prompt: Sequence[int], params: SamplingParams, resumed: int
+    ) -> ThinkingBudget | None:
+        """The budget's processor, when the request has one and the model thinks."""
+        family = self.family
+        if params.reasoning_budget is None or not family.think_start:
+            return None
+        start, end = family.think_start_ids, family.think_end_ids
+        if len(start) != 1 or len(end) != 1:
+            log.info("no thinking budget for multi-token markers %s", family.think_start)
+            return None
+        opened = opened_in(prompt, start, end)
+        # Tokens of a section generated elsewhere (a resumed generation) count as spent.
+        spent = None if opened is None else max(opened, len(prompt) - resumed)
+        return ThinkingBudget(
+            start[0],
+            end[0],
+            params.reasoning_budget,
+            None if spent is None else len(prompt) - spent,
+        )
+
     def _sampled_tokens(
         self,
         uncached: list[int],
@@ -349,6 +393,7 @@ class MLXRunner:
         max_tokens: int,
         constraint: GrammarConstraint | None,
         resumed: int = 0,
+        budget: ThinkingBudget | None = None,
     ) -> Generator[tuple[int, Any], None, None]:
         """Token ids and the log-probabilities they were drawn from (after every processor,
         the grammar's mask included): the first from one pass over the uncached prompt, the
@@ -372,6 +417,8 @@ class MLXRunner:
         grammar: list[Callable[[mx.array, mx.array], mx.array]] = (
             [constraint] if constraint is not None else []
         )
+        if budget is not None:  # before the mask, which allows the end marker it forces
+            grammar.insert(0, budget)
         fed = mx.array(uncached)
         logits = self.model(fed[None], cache=cache)[:, -1, :]
         for processor in [*make_job_logits_processors(params, len(uncached)), *grammar]:

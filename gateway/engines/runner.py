@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.engines.backend import BackendEvent, ChatMessage, SamplingParams, ToolSpec
+from gateway.engines.reasoning import ReplyFormat
 
 # A runner's KV cache, opaque to everyone but the runner (mlx-lm: a list of cache objects).
 KVCache = Any
@@ -66,13 +67,20 @@ class ModelRunner(Protocol):
         tools: Sequence[ToolSpec] = (),
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
+        thinking: bool | None = None,
     ) -> list[int]:
         """Apply the model's chat template and return prompt tokens.
 
         ``tools`` are described to the model (``gateway.engines.tool_format``).
         ``continue_final_message`` leaves the last message open (no end-of-turn), for
-        pre-computing a message that is still being typed.
+        pre-computing a message that is still being typed. ``thinking``: the template's
+        thinking switch, where it has one (None: its default).
         """
+        ...
+
+    def reply_format(self, prompt: Sequence[int], thinking: bool | None = None) -> ReplyFormat:
+        """How the reply to ``prompt`` (rendered with ``thinking``) is laid out: its
+        reasoning section and the model's tool-call format."""
         ...
 
     def render_text(self, text: str) -> list[int]:

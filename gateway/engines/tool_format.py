@@ -1,16 +1,26 @@
 """Tool calls in the model's text: how functions are described, how calls are written, and the
-grammar that makes every call valid.
+grammar that makes every call valid — in the model's own format.
 
-The format is Hermes 2 Pro's, which Qwen 2.5 and many fine-tunes were trained on (and
-llama.cpp uses for templates without tool support)::
+Two formats, picked from the chat template the way mlx-lm's ``_infer_tool_parser`` picks its
+parsers (``mlx_lm/tool_parsers``):
 
-    <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>
+* **Hermes** (mlx-lm's ``json_tools``), which Qwen 2.5/3 and many fine-tunes were trained on
+  (and llama.cpp uses for templates without tool support)::
+
+      <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>
+
+  Qwen3's template writes a newline inside the tags (``<tool_call>\n{...}\n</tool_call>``).
+* **Mistral** (v3 tokenizers: Mistral-7B-Instruct-v0.3, Nemo): one control token, then a JSON
+  list, ended by the end-of-sequence token::
+
+      [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]
 
 Chat templates that know tools (their text mentions ``tools``) get the functions and the
 calls in the history through the template itself; for the others (SmolLM2's) the functions
-are written into the system message here, calls of earlier turns become the assistant's text,
-and tool results become ``<tool_response>`` user turns. Either way the output is constrained
-(llguidance) to this format, so calls always parse and their arguments match each schema.
+are written into the system message here in the Hermes format, calls of earlier turns become
+the assistant's text, and tool results become ``<tool_response>`` user turns. Either way the
+output is constrained (llguidance) to the format, so calls always parse and their arguments
+match each schema. A marker that is one special token is named by its id in the grammar.
 Nothing here knows MLX or HTTP.
 """
 
@@ -41,16 +51,117 @@ class ToolChoice:
     parallel: bool = True
 
 
+@dataclass(frozen=True)
+class Marker:
+    """A piece of a model's format and, when it is one special token, that token's id.
+
+    A special token cannot be spelled by text (llguidance keeps them apart), so a grammar
+    names it by id; an ordinary text marker (Qwen's ``<tool_call>`` is an added, non-special
+    token) is a string literal that the tokens may spell either way.
+    """
+
+    text: str
+    token: int | None = None
+
+    def lark(self) -> str:
+        return f"<[{self.token}]>" if self.token is not None else json.dumps(self.text)
+
+
+def _text_rule(opening: Marker) -> str:
+    """Plain text of an ``auto`` reply: it may not begin as a call does, so that the reply
+    is one or the other from its first character (a special token cannot be text at all)."""
+    if opening.token is not None:
+        return "/(.|\\n)+/"
+    first = opening.text[0]
+    escaped = "\\" + first if first in "[]^-\\" else first
+    return f"/[^{escaped}](.|\\n)*/"
+
+
+@dataclass(frozen=True)
+class HermesFormat:
+    """``<tool_call>{"name": ..., "arguments": ...}</tool_call>``, calls apart by a newline."""
+
+    open: Marker = Marker(CALL_OPEN)
+    close: Marker = Marker(CALL_CLOSE)
+    newline: bool = False  # Qwen3: "<tool_call>\n{...}\n</tool_call>"
+    name: Literal["hermes"] = "hermes"
+
+    @property
+    def inner(self) -> str:
+        return "\n" if self.newline else ""
+
+    def head(self, name: str) -> str:
+        """The text of a call up to its arguments (the grammar writes exactly this)."""
+        sep = COMPACT_JSON["item_separator"]
+        colon = COMPACT_JSON["key_separator"]
+        return (
+            f'{self.open.text}{self.inner}{{"name"{colon}{json.dumps(name)}{sep}"arguments"{colon}'
+        )
+
+    def call_text(self, name: str, arguments: str) -> str:
+        return f"{self.head(name)}{arguments}}}{self.inner}{self.close.text}"
+
+    def call_rule(self, name: str, arguments: str) -> str:
+        head = self.head(name)[len(self.open.text) :]
+        tail = "}" + self.inner
+        return f"{self.open.lark()} {json.dumps(head)} {arguments} {json.dumps(tail)} {self.close.lark()}"
+
+    def calls(self, many: bool) -> str:
+        return f'call ("\\n" call){{0,{MAX_PARALLEL_CALLS - 1}}}' if many else "call"
+
+    def text(self) -> str:
+        return _text_rule(self.open)
+
+
+@dataclass(frozen=True)
+class MistralFormat:
+    """``[TOOL_CALLS][{"name": ..., "arguments": ...}, ...]`` (Mistral's v3 tokenizers)."""
+
+    open: Marker = Marker("[TOOL_CALLS]")
+    space: bool = False  # Mistral-7B-Instruct-v0.3: "[TOOL_CALLS] [" (Nemo: no space)
+    name: Literal["mistral"] = "mistral"
+
+    def head(self, name: str) -> str:
+        sep = COMPACT_JSON["item_separator"]
+        colon = COMPACT_JSON["key_separator"]
+        return f'{{"name"{colon}{json.dumps(name)}{sep}"arguments"{colon}'
+
+    @property
+    def list_open(self) -> str:
+        return " [" if self.space else "["
+
+    def call_text(self, name: str, arguments: str) -> str:
+        """One call as an item of the list (``calls_text`` writes the whole reply)."""
+        return f"{self.head(name)}{arguments}}}"
+
+    def calls_text(self, calls: list[tuple[str, str]]) -> str:
+        items = str(COMPACT_JSON["item_separator"]).join(self.call_text(n, a) for n, a in calls)
+        return f"{self.open.text}{self.list_open}{items}]"
+
+    def call_rule(self, name: str, arguments: str) -> str:
+        return f'{json.dumps(self.head(name))} {arguments} "}}"'
+
+    def calls(self, many: bool) -> str:
+        sep = json.dumps(COMPACT_JSON["item_separator"])
+        items = f"call ({sep} call){{0,{MAX_PARALLEL_CALLS - 1}}}" if many else "call"
+        return f'{self.open.lark()} {json.dumps(self.list_open)} {items} "]"'
+
+    def text(self) -> str:
+        return _text_rule(self.open)
+
+
+ToolFormat = HermesFormat | MistralFormat
+HERMES = HermesFormat()
+
+
 def call_head(name: str) -> str:
-    """The text of a call up to its arguments (the grammar writes exactly this)."""
-    sep = COMPACT_JSON["item_separator"]
-    colon = COMPACT_JSON["key_separator"]
-    return f'{CALL_OPEN}{{"name"{colon}{json.dumps(name)}{sep}"arguments"{colon}'
+    """The text of a Hermes call up to its arguments (the grammar writes exactly this)."""
+    return HERMES.head(name)
 
 
 def call_text(name: str, arguments: str) -> str:
-    """A whole call as the model writes it; ``arguments`` is JSON text."""
-    return f"{call_head(name)}{arguments}}}{CALL_CLOSE}"
+    """A whole Hermes call as the model writes it; ``arguments`` is JSON text."""
+    return HERMES.call_text(name, arguments)
 
 
 def tools_system_text(tools: Sequence[ToolSpec]) -> str:
@@ -141,15 +252,17 @@ def template_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
-def tool_call_grammar(
-    tools: Sequence[ToolSpec], choice: ToolChoice, answer: Grammar | None = None
-) -> Grammar | None:
-    """The constraint on a reply: plain text or calls (``auto``), calls only (``required``),
-    one call of one function (``function``); None for ``none``.
+def tool_rules(
+    tools: Sequence[ToolSpec],
+    choice: ToolChoice,
+    answer: Grammar | None = None,
+    fmt: ToolFormat = HERMES,
+) -> tuple[str, list[str]] | None:
+    """The reply's Lark expression and the rules it names: plain text or calls (``auto``),
+    calls only (``required``), one call of one function (``function``); None for ``none``.
 
-    Plain text may not begin with ``<``, which is how a call begins: the reply is then
-    always one or the other, decided at its first character. ``answer``, a JSON schema,
-    is what a reply without calls must match instead (a response format).
+    ``answer``, a JSON schema, is what a reply without calls must match instead (a
+    response format).
     """
     if choice.mode == "none" or not tools:
         return None
@@ -157,18 +270,26 @@ def tool_call_grammar(
     rules = []
     for index, tool in enumerate(selected):
         schema = for_grammar(strict_objects(tool.parameters or NO_PARAMETERS))
-        rules.append(
-            f"call_{index}: {json.dumps(call_head(tool.name))} %json{json.dumps(schema)} "
-            f"{json.dumps('}' + CALL_CLOSE)}"
-        )
+        rules.append(f"call_{index}: {fmt.call_rule(tool.name, f'%json{json.dumps(schema)}')}")
     rules.append("call: " + " | ".join(f"call_{i}" for i in range(len(selected))))
-    many = choice.parallel and choice.mode != "function"
-    calls = f'call ("\\n" call){{0,{MAX_PARALLEL_CALLS - 1}}}' if many else "call"
-    if choice.mode == "auto":
-        text = "/[^<](.|\\n)*/"
-        if answer is not None and answer.kind == "json_schema":
-            text = f"%json{answer.source}"
-        rules[:0] = [f"start: calls | text\ncalls: {calls}", f"text: {text}"]
-    else:
-        rules.insert(0, f"start: {calls}")
-    return Grammar("lark", "\n".join(rules))
+    calls = fmt.calls(choice.parallel and choice.mode != "function")
+    if choice.mode != "auto":
+        return calls, rules
+    text = fmt.text()
+    if answer is not None and answer.kind == "json_schema":
+        text = f"%json{answer.source}"
+    return "calls | text", [f"calls: {calls}", f"text: {text}", *rules]
+
+
+def tool_call_grammar(
+    tools: Sequence[ToolSpec],
+    choice: ToolChoice,
+    answer: Grammar | None = None,
+    fmt: ToolFormat = HERMES,
+) -> Grammar | None:
+    """The constraint on a reply without a reasoning section (see ``tool_rules``)."""
+    rules = tool_rules(tools, choice, answer, fmt)
+    if rules is None:
+        return None
+    body, named = rules
+    return Grammar("lark", "\n".join([f"start: {body}", *named]))

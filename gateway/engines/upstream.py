@@ -106,9 +106,12 @@ class OpenAIUpstreamBackend:
         return self.config.context_length
 
     async def render(
-        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        thinking: bool | None = None,
     ) -> Prompt:
-        return Prompt()  # the upstream renders its own prompt
+        return Prompt()  # the upstream renders its own prompt (and has its own switches)
 
     async def render_text(self, prompt: TextPrompt) -> Prompt:
         return Prompt()

@@ -1,7 +1,7 @@
 """Pydantic models of Anthropic's Messages API (``POST /v1/messages``), named after its spec.
 
-Only what the gateway speaks is modelled: text, tool_use and tool_result blocks (images and
-documents are refused with a clear error). This module imports only pydantic.
+Only what the gateway speaks is modelled: text, tool_use, tool_result and thinking blocks
+(images and documents are refused with a clear error). This module imports only pydantic.
 """
 
 from __future__ import annotations
@@ -54,10 +54,31 @@ class ToolResultBlock(StrictModel):
         return "".join(block.text for block in self.content)
 
 
-ContentBlock = Annotated[TextBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")]
+class ThinkingBlock(StrictModel):
+    """An earlier reply's thinking, sent back: accepted and left out of the prompt (templates
+    drop earlier turns' reasoning; the signature is not checked)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    type: Literal["thinking"]
+    thinking: str
+    signature: str | None = None
 
 
-SUPPORTED_BLOCKS = ("text", "tool_use", "tool_result")
+class RedactedThinkingBlock(StrictModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    type: Literal["redacted_thinking"]
+    data: str
+
+
+ContentBlock = Annotated[
+    TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock,
+    Field(discriminator="type"),
+]
+
+
+SUPPORTED_BLOCKS = ("text", "tool_use", "tool_result", "thinking", "redacted_thinking")
 
 
 class MessageParam(StrictModel):
@@ -92,6 +113,24 @@ class ToolChoice(StrictModel):
     disable_parallel_tool_use: bool | None = None
 
 
+class ThinkingConfig(StrictModel):
+    """``enabled`` (with ``budget_tokens``: forced to end after that many tokens) and
+    ``adaptive`` switch the template's thinking on, ``disabled`` off; for models without a
+    switch it is accepted and ignored. Anthropic's minimum budget (1,024) is not enforced:
+    small local models think in fewer tokens."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")  # e.g. display
+
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> ThinkingConfig:
+        if self.type == "enabled" and self.budget_tokens is None:
+            raise ValueError("thinking of type enabled needs budget_tokens")
+        return self
+
+
 class Metadata(StrictModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
@@ -114,6 +153,7 @@ class MessagesRequest(StrictModel):
     metadata: Metadata | None = None
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: ToolChoice | None = None
+    thinking: ThinkingConfig | None = None
     stream: bool = False
     priority: Literal["user", "task", "background"] | None = Field(
         None, description="(gateway extension) Scheduling class."
@@ -132,6 +172,9 @@ class MessagesRequest(StrictModel):
                 raise ValueError(
                     f"tool {tool.name}: the schema nests deeper than {MAX_SCHEMA_DEPTH}"
                 )
+        budget = self.thinking.budget_tokens if self.thinking else None
+        if budget is not None and budget >= self.max_tokens:
+            raise ValueError("thinking.budget_tokens must be less than max_tokens")
         choice = self.tool_choice
         if choice is not None and choice.type == "tool":
             if not choice.name:
@@ -188,6 +231,17 @@ class ResponseToolUseBlock(BaseModel):
     input: dict[str, Any]
 
 
+class ResponseThinkingBlock(BaseModel):
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str = Field(
+        description="A digest of the thinking text: opaque, and not checked when sent back."
+    )
+
+
+ResponseBlock = ResponseThinkingBlock | ResponseTextBlock | ResponseToolUseBlock
+
+
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
 
 
@@ -203,7 +257,7 @@ class Message(BaseModel):
     type: Literal["message"] = "message"
     role: Literal["assistant"] = "assistant"
     model: str
-    content: list[ResponseTextBlock | ResponseToolUseBlock]
+    content: list[ResponseBlock]
     stop_reason: StopReason | None
     stop_sequence: str | None = None
     usage: AnthropicUsage
@@ -220,7 +274,7 @@ class MessageStartEvent(BaseModel):
 class ContentBlockStartEvent(BaseModel):
     type: Literal["content_block_start"] = "content_block_start"
     index: int
-    content_block: ResponseTextBlock | ResponseToolUseBlock
+    content_block: ResponseBlock
 
 
 class PingEvent(BaseModel):
@@ -237,10 +291,22 @@ class InputJSONDelta(BaseModel):
     partial_json: str
 
 
+class ThinkingDelta(BaseModel):
+    type: Literal["thinking_delta"] = "thinking_delta"
+    thinking: str
+
+
+class SignatureDelta(BaseModel):
+    """The thinking block's signature, just before its ``content_block_stop``."""
+
+    type: Literal["signature_delta"] = "signature_delta"
+    signature: str
+
+
 class ContentBlockDeltaEvent(BaseModel):
     type: Literal["content_block_delta"] = "content_block_delta"
     index: int
-    delta: TextDelta | InputJSONDelta
+    delta: TextDelta | InputJSONDelta | ThinkingDelta | SignatureDelta
 
 
 class ContentBlockStopEvent(BaseModel):

@@ -84,6 +84,11 @@ class ChatMessage(StrictModel):
     name: str | None = None
     tool_calls: list[ToolCall] | None = Field(None, description="assistant messages only")
     tool_call_id: str | None = Field(None, description="tool messages: the call answered")
+    reasoning_content: str | None = Field(
+        None,
+        description="(gateway extension, as vLLM) An earlier reply's reasoning, sent back: "
+        "accepted and left out (templates drop earlier turns' reasoning).",
+    )
 
     @model_validator(mode="after")
     def _check_tool_fields(self) -> ChatMessage:
@@ -238,6 +243,18 @@ class ChatCompletionRequest(StrictModel):
     session: str | None = Field(
         None, description="(gateway extension) The typing-hint session this request completes."
     )
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = Field(
+        None,
+        description="For models that think: none/minimal switch thinking off where the "
+        "template has a switch (enable_thinking), low/medium/high switch it on; accepted and "
+        "ignored otherwise.",
+    )
+    thinking_token_budget: int | None = Field(
+        None,
+        ge=0,
+        description="(gateway extension, vLLM's name) Tokens the reasoning section may take "
+        "before its end is forced; they count in max_tokens.",
+    )
 
     @field_validator("stop")
     @classmethod
@@ -295,11 +312,17 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int = 0
 
 
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
+    # Set for models that think: the completion tokens of the reasoning section.
+    completion_tokens_details: CompletionTokensDetails | None = None
 
 
 class ResponseFunctionCall(BaseModel):
@@ -313,11 +336,26 @@ class ResponseToolCall(BaseModel):
     function: ResponseFunctionCall
 
 
-class AssistantMessage(BaseModel):
+class _OmitsReasoning(BaseModel):
+    """``reasoning_content`` left out when there is none: replies of models that do not
+    think look exactly as before."""
+
+    @model_serializer(mode="wrap")
+    def _omit_reasoning(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("reasoning_content") is None:
+            data.pop("reasoning_content", None)
+        return data
+
+
+class AssistantMessage(_OmitsReasoning):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
     tool_calls: list[ResponseToolCall] | None = None
+    reasoning_content: str | None = Field(
+        None, description="(as vLLM, llama.cpp, DeepSeek) The reply's reasoning section."
+    )
 
 
 class TopLogprob(BaseModel):
@@ -379,10 +417,11 @@ class ChoiceDeltaToolCall(_OmitsUnset):
     function: ChoiceDeltaFunction
 
 
-class ChoiceDelta(BaseModel):
+class ChoiceDelta(_OmitsReasoning):
     role: Literal["assistant"] | None = None
     content: str | None = None
     tool_calls: list[ChoiceDeltaToolCall] | None = None
+    reasoning_content: str | None = None
 
 
 class ChunkChoice(BaseModel):

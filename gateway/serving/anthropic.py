@@ -2,13 +2,18 @@
 hints, prefix cache and metrics as chat completions, in Anthropic's shapes.
 
 Content blocks map onto the chat service's conversation: ``system`` is the system message,
-``tool_use`` blocks are an assistant's tool calls, ``tool_result`` blocks are tool messages.
+``tool_use`` blocks are an assistant's tool calls, ``tool_result`` blocks are tool messages;
+``thinking`` blocks sent back are left out. A thinking model's reasoning comes back as a
+``thinking`` block (streamed: ``thinking_delta`` events, then a ``signature_delta``), and the
+``thinking`` parameter is the template's switch, its ``budget_tokens`` a forced end.
 Usage follows Anthropic's meaning: ``input_tokens`` are the prompt tokens computed, and
 ``cache_read_input_tokens`` those read from the prefix cache.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -36,11 +41,16 @@ from gateway.protocol.anthropic import (
     MessageStartEvent,
     MessageStopEvent,
     PingEvent,
+    ResponseBlock,
     ResponseTextBlock,
+    ResponseThinkingBlock,
     ResponseToolUseBlock,
+    SignatureDelta,
     StopReason,
     TextBlock,
     TextDelta,
+    ThinkingConfig,
+    ThinkingDelta,
     Tool,
     ToolResultBlock,
     ToolUseBlock,
@@ -48,6 +58,7 @@ from gateway.protocol.anthropic import (
 )
 from gateway.scheduler.jobs import Priority
 from gateway.serving.chat import ChatRun, ChatService, PreparedChat, SamplingRequest, ToolUse
+from gateway.serving.reasoning import ReasoningPiece
 from gateway.serving.tool_calls import CallArguments, CallStart, TextPiece
 
 DEFAULT_TEMPERATURE = 1.0  # Anthropic's default
@@ -73,6 +84,8 @@ class AnthropicMessages:
                 top_p=1.0 if request.top_p is None else request.top_p,
                 top_k=request.top_k or 0,
                 stop=tuple(request.stop_sequences or ()),
+                thinking=thinking_switch(request.thinking),
+                reasoning_budget=request.thinking.budget_tokens if request.thinking else None,
             ),
             Priority.parse(request.priority, Priority.USER),
             model_name=request.model,
@@ -102,7 +115,13 @@ class AnthropicMessages:
 
     async def complete(self, run: ChatRun) -> Message:
         result = await self.service.collect(run)
-        content: list[ResponseTextBlock | ResponseToolUseBlock] = []
+        content: list[ResponseBlock] = []
+        if result.reasoning:
+            content.append(
+                ResponseThinkingBlock(
+                    thinking=result.reasoning, signature=thinking_signature(result.reasoning)
+                )
+            )
         if result.text:
             content.append(ResponseTextBlock(text=result.text))
         for call in result.calls:
@@ -140,7 +159,15 @@ class AnthropicMessages:
         async with aclosing(self.service.replies(run)) as steps:
             async for step in steps:
                 for piece in step.pieces:
-                    if isinstance(piece, TextPiece):
+                    if isinstance(piece, ReasoningPiece):
+                        thinking = ResponseThinkingBlock(thinking="", signature="")
+                        for event in blocks.open("thinking", thinking):
+                            yield event
+                        blocks.thinking.append(piece.text)
+                        yield ContentBlockDeltaEvent(
+                            index=blocks.index, delta=ThinkingDelta(thinking=piece.text)
+                        )
+                    elif isinstance(piece, TextPiece):
                         for event in blocks.open("text", ResponseTextBlock(text="")):
                             yield event
                         yield ContentBlockDeltaEvent(
@@ -169,10 +196,9 @@ class _Blocks:
     def __init__(self) -> None:
         self.index = -1
         self.kind: str | None = None
+        self.thinking: list[str] = []  # the open thinking block's text, for its signature
 
-    def open(
-        self, kind: str, block: ResponseTextBlock | ResponseToolUseBlock, new: bool = False
-    ) -> list[BaseModel]:
+    def open(self, kind: str, block: ResponseBlock, new: bool = False) -> list[BaseModel]:
         if self.kind == kind and not new:
             return []
         events = self.close()
@@ -186,8 +212,16 @@ class _Blocks:
     def close(self) -> list[BaseModel]:
         if self.kind is None:
             return []
+        events: list[BaseModel] = []
+        if self.kind == "thinking":
+            signature = thinking_signature("".join(self.thinking))
+            events.append(
+                ContentBlockDeltaEvent(index=self.index, delta=SignatureDelta(signature=signature))
+            )
+            self.thinking = []
         self.kind = None
-        return [ContentBlockStopEvent(index=self.index)]
+        events.append(ContentBlockStopEvent(index=self.index))
+        return events
 
 
 def conversation(system: str | None, messages: Sequence[MessageParam]) -> tuple[ChatMessage, ...]:
@@ -223,6 +257,18 @@ def conversation(system: str | None, messages: Sequence[MessageParam]) -> tuple[
                 entry["tool_calls"] = calls
             out.append(entry)
     return tuple(out)
+
+
+def thinking_switch(config: ThinkingConfig | None) -> bool | None:
+    """Anthropic's ``thinking`` as the template's switch; absent: the template's default (a
+    local model that thinks by default keeps doing so)."""
+    return None if config is None else config.type != "disabled"
+
+
+def thinking_signature(thinking: str) -> str:
+    """An opaque value for a thinking block's ``signature`` (which SDKs require): a digest of
+    its text. Nothing is signed; blocks sent back are not checked."""
+    return base64.b64encode(hashlib.sha256(thinking.encode()).digest()).decode()
 
 
 def tool_specs(tools: Sequence[Tool] | None) -> tuple[ToolSpec, ...]:

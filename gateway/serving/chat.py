@@ -32,10 +32,12 @@ from gateway.engines.backend import (
     ToolSpec,
 )
 from gateway.engines.grammar import GrammarError, grammar_text
-from gateway.engines.tool_format import ToolChoice, tool_call_grammar
+from gateway.engines.reasoning import ReplyFormat, reply_grammar
+from gateway.engines.tool_format import ToolChoice
 from gateway.errors import ContextLengthExceededError, InvalidRequestError, ShuttingDownError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import (
+    CompletionTokensDetails,
     PromptTokensDetails,
     Usage,
     completion_id,
@@ -43,9 +45,10 @@ from gateway.protocol.openai import (
 )
 from gateway.scheduler.jobs import Priority
 from gateway.serving.dispatch import Dispatcher, TicketSpec
+from gateway.serving.reasoning import ReasoningPiece, ReasoningSplitter
 from gateway.serving.speculation import speculated_events
 from gateway.serving.tiers import Tier, TierRegistry
-from gateway.serving.tool_calls import ReplyPiece, TextPiece, ToolCall, ToolCallParser
+from gateway.serving.tool_calls import ReplyPiece, TextPiece, ToolCall, ToolParser, make_tool_parser
 from gateway.serving.typing import TypingService
 
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default
@@ -70,6 +73,10 @@ class SamplingRequest:
     grammar: Grammar | None = None
     grammar_param: str = "response_format"  # named when the grammar is refused
     logprobs: int | None = None  # alternatives per token (0-20); None: no log-probabilities
+    # The template's thinking switch (None: its default) and the reasoning section's budget
+    # in tokens (None: none), for models that think.
+    thinking: bool | None = None
+    reasoning_budget: int | None = None
     # A task's own max_tokens is shortened to the gateway's cap; a client's is refused above it.
     clamp_to_cap: bool = False
 
@@ -86,14 +93,19 @@ class ToolUse:
 
 @dataclass(frozen=True)
 class ReplyStep:
-    """What one token added to the reply: pieces of text or calls, and its log-probabilities."""
+    """What one token added to the reply: pieces of reasoning, text or calls, and its
+    log-probabilities."""
 
-    pieces: list[ReplyPiece]
+    pieces: list[ReplyPiece | ReasoningPiece]
     logprobs: tuple[TokenChoice, ...] = ()
 
     @property
     def text(self) -> str:
         return "".join(p.text for p in self.pieces if isinstance(p, TextPiece))
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(p.text for p in self.pieces if isinstance(p, ReasoningPiece))
 
 
 class CarriedLogprobs:
@@ -117,13 +129,14 @@ class CarriedLogprobs:
 
 @dataclass
 class ChatResult:
-    """A whole reply: its text, its calls, and why it ended."""
+    """A whole reply: its text, its calls, and why it ended (and its reasoning, if any)."""
 
     text: str
     calls: list[ToolCall]
     logprobs: list[TokenChoice]
     finish_reason: str  # "stop" | "length" | "tool_calls"
     stop_sequence: str | None
+    reasoning: str = ""
 
 
 @dataclass
@@ -166,8 +179,10 @@ class ChatRun:
     chat: PreparedChat
     backend_events: AsyncGenerator[BackendEvent, None]  # read once
     started: Started
-    parser: ToolCallParser | None = None  # set when the model may call tools
+    parser: ToolParser | None = None  # set when the model may call tools
+    splitter: ReasoningSplitter | None = None  # set when the model's reply may reason
     completion_tokens: int = 0
+    reasoning_tokens: int = 0  # of the completion tokens, those of the reasoning section
     finished: Finished | None = None
     # Set when the server's shutdown grace ran out while this chat was still generating.
     interrupted: bool = False
@@ -203,6 +218,11 @@ class ChatRun:
             completion_tokens=self.completion_tokens,
             total_tokens=prompt + self.completion_tokens,
             prompt_tokens_details=PromptTokensDetails(cached_tokens=self.cached_tokens),
+            completion_tokens_details=CompletionTokensDetails(
+                reasoning_tokens=self.reasoning_tokens
+            )
+            if self.splitter is not None
+            else None,
         )
 
 
@@ -243,10 +263,10 @@ class ChatService:
         common path of every wire format and of tasks."""
         arrived = time.perf_counter() if arrived is None else arrived
         capabilities = tier.backend.capabilities
-        if tool_use is not None and tool_use.choice.mode != "none":
-            sampling = self._with_tool_grammar(tier, sampling, tool_use)
-        if sampling.grammar is not None:
-            self._check_grammar(tier, sampling.grammar, sampling.grammar_param)
+        calling = tool_use is not None and tool_use.choice.mode != "none"
+        if calling or sampling.grammar is not None:
+            tools_param = tool_use.param if calling and tool_use is not None else None
+            self._check_constrainable(tier, tools_param, sampling.grammar_param)
         if sampling.logprobs is not None and not capabilities.logprobs:
             raise InvalidRequestError(
                 f"tier {tier.name!r} ({tier.backend.kind} backend) cannot report "
@@ -261,7 +281,17 @@ class ChatService:
             prompt = await tier.backend.render_text(text_prompt)
         else:
             tools = tool_use.tools if tool_use is not None else ()
-            prompt = await tier.backend.render(messages, tools)
+            prompt = await tier.backend.render(messages, tools, sampling.thinking)
+        # The grammar follows the reply's layout: calls or the answer format come after
+        # the reasoning section, which the rendered prompt may already have opened.
+        reply = prompt.reply or ReplyFormat()
+        if calling and tool_use is not None:
+            grammar = reply_grammar(reply, sampling.grammar, tool_use.tools, tool_use.choice)
+            sampling = replace(sampling, grammar=grammar, grammar_param=tool_use.param)
+        elif sampling.grammar is not None:
+            sampling = replace(sampling, grammar=reply_grammar(reply, sampling.grammar))
+        if sampling.grammar is not None:
+            self._check_grammar(sampling.grammar, sampling.grammar_param)
         params = self._sampling_params(sampling, tier, prompt)
         return PreparedChat(
             tier,
@@ -278,26 +308,25 @@ class ChatService:
         )
 
     @staticmethod
-    def _with_tool_grammar(tier: Tier, sampling: SamplingRequest, use: ToolUse) -> SamplingRequest:
-        """The sampling with the grammar that makes calls valid (an answer format, if the
-        request has one, is what a reply without calls must match)."""
-        if not tier.backend.capabilities.structured_output:
+    def _check_constrainable(tier: Tier, tools_param: str | None, grammar_param: str) -> None:
+        """Tool calls (``tools_param`` names them) and answer formats need a backend that
+        constrains its output."""
+        if tier.backend.capabilities.structured_output:
+            return
+        if tools_param is not None:
             raise InvalidRequestError(
                 f"tier {tier.name!r} ({tier.backend.kind} backend) cannot constrain its output, "
                 "which tool calls need; use a local tier",
-                param=use.param,
+                param=tools_param,
             )
-        grammar = tool_call_grammar(use.tools, use.choice, sampling.grammar)
-        return replace(sampling, grammar=grammar, grammar_param=use.param)
+        raise InvalidRequestError(
+            f"tier {tier.name!r} ({tier.backend.kind} backend) cannot constrain its output; "
+            "use a local tier for structured output",
+            param=grammar_param,
+        )
 
     @staticmethod
-    def _check_grammar(tier: Tier, grammar: Grammar, param: str) -> None:
-        if not tier.backend.capabilities.structured_output:
-            raise InvalidRequestError(
-                f"tier {tier.name!r} ({tier.backend.kind} backend) cannot constrain its output; "
-                "use a local tier for structured output",
-                param=param,
-            )
+    def _check_grammar(grammar: Grammar, param: str) -> None:
         try:
             grammar_text(grammar)
         except GrammarError as exc:
@@ -351,6 +380,7 @@ class ChatService:
             top_k=sampling.top_k,
             grammar=sampling.grammar,
             logprobs=sampling.logprobs,
+            reasoning_budget=sampling.reasoning_budget,
         )
 
     # -- running -------------------------------------------------------------------------------
@@ -382,8 +412,11 @@ class ChatService:
             await events.aclose()
             raise RuntimeError(f"backend {backend.kind} began with {first!r}, not Started")
         run = ChatRun(chat, events, first)
+        reply = chat.prompt.reply or ReplyFormat()
         if chat.tool_use is not None and chat.tool_use.choice.mode != "none":
-            run.parser = ToolCallParser(chat.tool_use.id_prefix)
+            run.parser = make_tool_parser(reply.tools, chat.tool_use.id_prefix)
+        if reply.thinks and chat.text_prompt is None:
+            run.splitter = ReasoningSplitter(reply)
         self.active[chat.id] = run
         return run
 
@@ -481,26 +514,52 @@ class ChatService:
                 )
 
     async def replies(self, run: ChatRun) -> AsyncGenerator[ReplyStep, None]:
-        """The reply as it grows: text and tool-call pieces, with log-probabilities."""
-        parser = run.parser
+        """The reply as it grows: reasoning, text and tool-call pieces, with log-probabilities."""
+        parser, splitter = run.parser, run.splitter
+
+        def answer(text: str) -> list[ReplyPiece]:
+            return parser.feed(text) if parser else [TextPiece(text)]
+
         async with aclosing(self.events(run)) as events:
             async for event in events:
-                pieces = parser.feed(event.text) if parser else [TextPiece(event.text)]
+                pieces: list[ReplyPiece | ReasoningPiece] = []
+                if splitter is None:
+                    pieces.extend(answer(event.text))
+                else:
+                    reasoning = splitter.in_reasoning
+                    for channel, text in splitter.feed(event.text):
+                        pieces.extend(
+                            [ReasoningPiece(text)] if channel == "reasoning" else answer(text)
+                        )
+                    if reasoning or splitter.in_reasoning:  # its markers count as reasoning
+                        run.reasoning_tokens += len(event.token_ids) or 1
                 pieces = [p for p in pieces if not isinstance(p, TextPiece) or p.text]
                 if pieces or event.logprobs:
                     yield ReplyStep(pieces, event.logprobs)
+        rest: list[ReplyPiece | ReasoningPiece] = []
+        for channel, text in splitter.finish() if splitter else []:
+            rest.extend([ReasoningPiece(text)] if channel == "reasoning" else answer(text))
         if parser is not None:
-            rest = parser.finish()
-            if rest:
-                yield ReplyStep(rest)
+            rest.extend(parser.finish())
+        if rest:
+            yield ReplyStep(rest)
 
     async def collect(self, run: ChatRun) -> ChatResult:
         """The whole reply, once it has ended."""
         text: list[str] = []
+        reasoning: list[str] = []
         logprobs: list[TokenChoice] = []
         async with aclosing(self.replies(run)) as steps:
             async for step in steps:
                 text.append(step.text)
+                reasoning.append(step.reasoning)
                 logprobs.extend(step.logprobs)
         calls = run.parser.calls if run.parser else []
-        return ChatResult("".join(text), calls, logprobs, run.finish_reason, run.stop_sequence)
+        return ChatResult(
+            "".join(text),
+            calls,
+            logprobs,
+            run.finish_reason,
+            run.stop_sequence,
+            "".join(reasoning),
+        )

@@ -3,8 +3,10 @@
 Tool calls come out as ``message.tool_calls`` (``finish_reason: "tool_calls"``) or, streamed,
 as ``delta.tool_calls`` chunks: the first of a call carries its index, id and name, the
 following ones fragments of its arguments, as the ``openai`` SDK's stream helpers accumulate
-them. Log-probabilities are OpenAI's ``logprobs.content`` entries, streamed with the text
-they belong to.
+them. A thinking model's reasoning comes apart from the answer, as ``message.reasoning_content``
+or ``delta.reasoning_content`` (vLLM's, llama.cpp's and DeepSeek's name); ``reasoning_effort``
+is the template's thinking switch. Log-probabilities are OpenAI's ``logprobs.content``
+entries, streamed with the text they belong to.
 """
 
 from __future__ import annotations
@@ -92,7 +94,9 @@ class OpenAIChat:
             for c in result.calls
         ]
         message = AssistantMessage(
-            content=None if calls and not result.text else result.text, tool_calls=calls or None
+            content=None if calls and not result.text else result.text,
+            tool_calls=calls or None,
+            reasoning_content=result.reasoning if run.splitter is not None else None,
         )
         logprobs = (
             openai_logprobs(result.logprobs) if run.chat.params.logprobs is not None else None
@@ -135,6 +139,8 @@ class OpenAIChat:
         try:
             async with aclosing(self.service.replies(run)) as steps:
                 async for step in steps:
+                    if step.reasoning:
+                        yield chunk(ChoiceDelta(reasoning_content=step.reasoning))
                     text, logprobs = carried.take(step)
                     if text:
                         yield chunk(ChoiceDelta(content=text), logprobs=logprobs)
@@ -186,6 +192,8 @@ def chat_ticket(request: ChatCompletionRequest, prepared: PreparedChat) -> Ticke
         request.presence_penalty,
         request.frequency_penalty,
         request.logit_bias,
+        request.reasoning_effort,
+        request.thinking_token_budget is not None,
     )
     if not plain or any(extras):
         return None
@@ -227,7 +235,18 @@ def sampling_request(request: ChatCompletionRequest) -> SamplingRequest:
         max_tokens_param="max_completion_tokens" if request.max_completion_tokens else "max_tokens",
         grammar=response_format_grammar(request),
         logprobs=(request.top_logprobs or 0) if request.logprobs else None,
+        thinking=thinking_switch(request.reasoning_effort),
+        reasoning_budget=request.thinking_token_budget,
     )
+
+
+def thinking_switch(effort: str | None) -> bool | None:
+    """``reasoning_effort`` as the template's thinking switch: none and minimal switch it off,
+    the other levels on; absent, the template's default. (Effort has no finer meaning for
+    the templates that have a switch: a budget is ``thinking_token_budget``.)"""
+    if effort is None:
+        return None
+    return effort not in ("none", "minimal")
 
 
 def openai_sampling(

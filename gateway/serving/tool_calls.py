@@ -1,11 +1,12 @@
 """A reply's text, streamed, told apart into plain text and tool calls.
 
 The grammar (``gateway.engines.tool_format``) decides at the reply's first character: plain
-text, or calls written as ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` with a
-newline between them. This parser follows the text as it streams and produces the pieces
-both wire formats need: text, the start of a call (its id and name), and fragments of its
-arguments as they are written, so that a client's stream shows them growing. A piece of a
-closing tag split over two tokens is held back until it is decided.
+text, or calls in the model's format: Hermes (``<tool_call>{"name": ..., "arguments": ...}
+</tool_call>`` with a newline between them) or Mistral (``[TOOL_CALLS][{...}, {...}]``). A
+parser per format follows the text as it streams and produces the pieces both wire formats
+need: text, the start of a call (its id and name), and fragments of its arguments as they
+are written, so that a client's stream shows them growing. A piece of a closing tag split
+over two tokens is held back until it is decided.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ import uuid
 from dataclasses import dataclass, field
 
 from gateway.engines.stops import partial_suffix
-from gateway.engines.tool_format import CALL_CLOSE, CALL_OPEN
+from gateway.engines.tool_format import HERMES, HermesFormat, MistralFormat, ToolFormat
 
-_HEAD = re.compile(r'\{"name":\s*"((?:[^"\\]|\\.)*)",\s*"arguments":\s*')
-_CALL_END = "}" + CALL_CLOSE
+_HEAD = re.compile(r'\s*\{"name":\s*"((?:[^"\\]|\\.)*)",\s*"arguments":\s*')
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,13 @@ class ToolCallParser:
 
     id_prefix: str = "call_"
     calls: list[ToolCall] = field(default_factory=list)
+    fmt: HermesFormat = HERMES
     _state: str = "decide"  # decide -> text | head -> arguments -> between -> head ...
     _pending: str = ""
+
+    def __post_init__(self) -> None:
+        self._open = self.fmt.open.text
+        self._end = "}" + self.fmt.inner + self.fmt.close.text
 
     @property
     def is_calling(self) -> bool:
@@ -74,14 +79,14 @@ class ToolCallParser:
         self._pending += text
         while self._pending:
             if self._state == "decide":
-                if len(self._pending) < len(CALL_OPEN) and CALL_OPEN.startswith(self._pending):
+                if len(self._pending) < len(self._open) and self._open.startswith(self._pending):
                     break
-                self._state = "open" if self._pending.startswith(CALL_OPEN) else "text"
+                self._state = "open" if self._pending.startswith(self._open) else "text"
             elif self._state == "text":
                 pieces.append(TextPiece(self._pending))
                 self._pending = ""
             elif self._state == "open":
-                self._pending = self._pending[len(CALL_OPEN) :]
+                self._pending = self._pending[len(self._open) :]
                 self._state = "head"
             elif self._state == "head":
                 match = _HEAD.match(self._pending)
@@ -97,24 +102,24 @@ class ToolCallParser:
                     self._pending = self._pending.lstrip()
                     if not self._pending:
                         break
-                end = self._pending.find(_CALL_END)
+                end = self._pending.find(self._end)
                 if end >= 0:
                     self._arguments(pieces, self._pending[:end])
                     self.calls[-1].complete = True
-                    self._pending = self._pending[end + len(_CALL_END) :]
+                    self._pending = self._pending[end + len(self._end) :]
                     self._state = "between"
                     continue
-                keep = partial_suffix(self._pending, _CALL_END)
+                keep = partial_suffix(self._pending, self._end)
                 self._arguments(pieces, self._pending[: len(self._pending) - keep])
                 self._pending = self._pending[len(self._pending) - keep :]
                 break
             else:  # between calls: a newline, then the next call's opening tag
                 stripped = self._pending.lstrip("\n")
-                if len(stripped) < len(CALL_OPEN) and CALL_OPEN.startswith(stripped):
+                if len(stripped) < len(self._open) and self._open.startswith(stripped):
                     self._pending = stripped
                     break
                 self._pending = stripped
-                self._state = "open" if stripped.startswith(CALL_OPEN) else "text"
+                self._state = "open" if stripped.startswith(self._open) else "text"
         return pieces
 
     def finish(self) -> list[ReplyPiece]:
@@ -134,6 +139,131 @@ class ToolCallParser:
         if fragment:
             self.calls[-1].arguments += fragment
             pieces.append(CallArguments(len(self.calls) - 1, fragment))
+
+
+@dataclass
+class MistralCallParser:
+    """The Mistral format: ``[TOOL_CALLS]`` then a JSON list of ``{"name", "arguments"}``
+    objects. Where a call's arguments end is found by following the JSON's nesting (outside
+    strings), since no closing tag follows them."""
+
+    id_prefix: str = "call_"
+    calls: list[ToolCall] = field(default_factory=list)
+    fmt: MistralFormat = field(default_factory=MistralFormat)
+    _state: str = "decide"  # decide -> text | list -> head -> arguments -> after -> head | done
+    _pending: str = ""
+    _scan: _JSONEnd | None = None
+
+    @property
+    def is_calling(self) -> bool:
+        return bool(self.calls)
+
+    def feed(self, text: str) -> list[ReplyPiece]:
+        pieces: list[ReplyPiece] = []
+        self._pending += text
+        opening = self.fmt.open.text
+        while self._pending:
+            if self._state == "decide":
+                if len(self._pending) < len(opening) and opening.startswith(self._pending):
+                    break
+                if self._pending.startswith(opening):
+                    self._pending = self._pending[len(opening) :]
+                    self._state = "list"
+                else:
+                    self._state = "text"
+            elif self._state == "text":
+                pieces.append(TextPiece(self._pending))
+                self._pending = ""
+            elif self._state == "list":
+                stripped = self._pending.lstrip()
+                if not stripped:
+                    self._pending = ""
+                    break
+                self._pending = stripped[1:] if stripped.startswith("[") else stripped
+                self._state = "head"
+            elif self._state == "head":
+                match = _HEAD.match(self._pending)
+                if match is None:
+                    break
+                call = ToolCall(new_call_id(self.id_prefix), _unescape(match.group(1)))
+                self.calls.append(call)
+                pieces.append(CallStart(len(self.calls) - 1, call.id, call.name))
+                self._pending = self._pending[match.end() :]
+                self._scan = _JSONEnd()
+                self._state = "arguments"
+            elif self._state == "arguments":
+                assert self._scan is not None
+                end = self._scan.feed(self._pending)
+                cut = len(self._pending) if end is None else end
+                self._arguments(pieces, self._pending[:cut])
+                self._pending = self._pending[cut:]
+                if end is None:
+                    break
+                self.calls[-1].complete = True
+                self._state = "after"
+            elif self._state == "after":  # the call's "}", then ", " and the next, or "]"
+                stripped = self._pending.lstrip()
+                if not stripped:
+                    self._pending = ""
+                    break
+                if stripped[0] in "},":
+                    self._pending = stripped[1:]
+                    self._state = "head" if stripped[0] == "," else "after"
+                else:
+                    self._pending, self._state = "", "done"  # "]" and whatever follows
+            else:
+                self._pending = ""
+        return pieces
+
+    def finish(self) -> list[ReplyPiece]:
+        rest, self._pending = self._pending, ""
+        if rest and self._state in ("decide", "text"):
+            return [TextPiece(rest)]
+        return []
+
+    def _arguments(self, pieces: list[ReplyPiece], fragment: str) -> None:
+        if fragment:
+            self.calls[-1].arguments += fragment
+            pieces.append(CallArguments(len(self.calls) - 1, fragment))
+
+
+class _JSONEnd:
+    """Follows one JSON object or array as it streams, to find where it ends."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.in_string = False
+        self.escaped = False
+
+    def feed(self, text: str) -> int | None:
+        """The index just past the value's end in ``text``, or None if it goes on."""
+        for index, char in enumerate(text):
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif char == "\\":
+                    self.escaped = True
+                elif char == '"':
+                    self.in_string = False
+            elif char == '"':
+                self.in_string = True
+            elif char in "{[":
+                self.depth += 1
+            elif char in "}]":
+                self.depth -= 1
+                if self.depth == 0:
+                    return index + 1
+        return None
+
+
+ToolParser = ToolCallParser | MistralCallParser
+
+
+def make_tool_parser(fmt: ToolFormat, id_prefix: str = "call_") -> ToolParser:
+    """The streaming parser of ``fmt``'s calls."""
+    if isinstance(fmt, MistralFormat):
+        return MistralCallParser(id_prefix, fmt=fmt)
+    return ToolCallParser(id_prefix, fmt=fmt)
 
 
 def _unescape(name: str) -> str:

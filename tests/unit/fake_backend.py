@@ -83,7 +83,12 @@ class FakeBackend:
         self.release_tokens = asyncio.Event()
         self.release_tokens.set()
 
-    async def render(self, messages: Sequence[ChatMessage], tools: Sequence[object] = ()) -> Prompt:
+    async def render(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[object] = (),
+        thinking: bool | None = None,
+    ) -> Prompt:
         return Prompt(tokens_of(messages))
 
     async def render_text(self, prompt: TextPrompt) -> Prompt:

@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from gateway.engines.backend import BackendEvent, Finished, SamplingParams, TokenEvent
+from gateway.engines.reasoning import ReplyFormat
 from gateway.engines.runner import PromptState
 
 ANSWER = "hello from the fake engine"
@@ -50,6 +51,9 @@ class FakeRunner:
 
     def render_text(self, text: str) -> list[int]:
         return [ord(c) % 256 for c in text] or [0]
+
+    def reply_format(self, prompt: Sequence[int], thinking: bool | None = None) -> ReplyFormat:
+        return ReplyFormat()
 
     def new_cache(self) -> list[Any]:
         return []

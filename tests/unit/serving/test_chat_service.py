@@ -92,7 +92,9 @@ async def test_a_remote_backend_renders_itself_and_gets_no_local_limit() -> None
     backend.kind = "openai"
     backend.context_length = None
 
-    async def remote_render(messages: object, tools: object = ()) -> object:
+    async def remote_render(
+        messages: object, tools: object = (), thinking: object = None
+    ) -> object:
         from gateway.engines.backend import Prompt
 
         return Prompt()
