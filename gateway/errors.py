@@ -6,7 +6,7 @@
     ├── InvalidRequestError           400 invalid_request_error (param names the field)
     │   └── ContextLengthExceededError 400 code=context_length_exceeded
     ├── AuthenticationError           401 code=invalid_api_key
-    ├── ModelNotFoundError            404 code=model_not_found
+    ├── ModelNotFoundError            404 code=model_not_found (also: a tier's model not on disk)
     ├── NotFoundError                 404 (an unknown typing hint, ...)
     ├── ConflictError                 409 (a peer built from other task definitions)
     ├── RequestTooLargeError          413
