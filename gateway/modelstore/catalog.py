@@ -80,7 +80,11 @@ def discover(
         at = f"@{repo.revision}" if repo.revision else ""
         found.extend(_folder_models(f"hf:{repo.repo_id}{at}", repo.folder))
     for model in ollama.list_models(ollama.models_dir(environ)):
-        ref = parse_model_ref(model.reference)
+        try:
+            ref = parse_model_ref(model.reference)
+        except ValueError as exc:
+            found.append(_unusable(model.reference, model.gguf, exc))
+            continue
         found.append(LocatedModel(ref, None, model.gguf, model.stop))
     for name, folder in lmstudio.list_folders(environ):
         found.extend(_folder_models(f"lmstudio:{name}", folder))
@@ -92,14 +96,25 @@ def discover(
     return found
 
 
-def _folder_models(reference: str, folder: Path) -> Iterable[LocatedModel]:
+def _folder_models(reference: str, folder: Path) -> Iterable[LocatedModel | CatalogEntry]:
     """An MLX folder, and/or each GGUF in it (named by file when there are several)."""
-    if is_mlx_folder(folder):
-        yield LocatedModel(parse_model_ref(reference), folder)
     files = gguf_files(folder)
+    found: list[tuple[str, Path | None, Path | None]] = []
+    if is_mlx_folder(folder):
+        found.append((reference, folder, None))
     for file in files:
-        text = reference if len(files) == 1 else f"{reference}:{file.name}"
-        yield LocatedModel(parse_model_ref(text), None, file)
+        found.append((reference if len(files) == 1 else f"{reference}:{file.name}", None, file))
+    for text, mlx, gguf in found:
+        try:
+            yield LocatedModel(parse_model_ref(text), mlx, gguf)
+        except ValueError as exc:
+            yield _unusable(text, mlx or gguf, exc)
+
+
+def _unusable(text: str, path: Path | None, exc: Exception) -> CatalogEntry:
+    """A model whose name cannot be written as a reference (e.g. a space in a folder name)."""
+    source = text.partition(":")[0]
+    return CatalogEntry(text, source, str(path), "?", error=f"not usable as a reference: {exc}")
 
 
 def build_catalog(

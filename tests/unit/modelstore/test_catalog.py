@@ -99,3 +99,15 @@ def test_a_missing_configured_model_is_listed_with_its_error(tmp_path: Path) -> 
     )
     missing = next(e for e in entries if e.id == "hf:org/absent")
     assert missing.error and "gateway models pull hf:org/absent" in missing.error
+
+
+def test_a_name_that_is_no_reference_is_listed_not_fatal(tmp_path: Path) -> None:
+    write_mlx_folder(tmp_path / "home/.lmstudio/models/pub/my model")
+    entries = build_catalog(
+        ModelStore(tmp_path / "c"),
+        CatalogContext(CPU, BUDGET),
+        {},
+        {"HOME": str(tmp_path / "home")},
+    )
+    odd = next(e for e in entries if e.source == "lmstudio")
+    assert odd.error and "not usable as a reference" in odd.error
