@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -12,13 +13,13 @@ pytestmark = pytest.mark.e2e
 
 def test_models_list_shows_the_embedded_default() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gateway", "models", "list"],
+        [sys.executable, "-m", "gateway", "models", "list", "--json"],
         capture_output=True,
         text=True,
         check=True,
     )
-    assert "smollm2-135m-instruct" in result.stdout
-    assert "imported" in result.stdout
+    entries = {e["id"]: e for e in json.loads(result.stdout)}
+    assert entries["smollm2-135m-instruct"]["imported"] is True
 
 
 def test_bad_configuration_is_reported_not_raised(tmp_path) -> None:  # type: ignore[no-untyped-def]
