@@ -141,7 +141,7 @@ class ResolvedModel:
     model_id: str  # the reference as written: the tier's model id
     folder: Path
     default_stop: tuple[str, ...]
-    user_files: bool  # the user's own folder, loaded in place
+    user_files: bool  # the user's own folder, loaded in place (False: the store's import)
     source: SourceKind
 
 
@@ -243,4 +243,5 @@ def resolve(
     else:
         assert located.folder is not None
         folder = located.folder
-    return ResolvedModel(ref.text, folder, located.default_stop, located.user_files, ref.kind)
+    in_place = located.user_files and located.gguf is None
+    return ResolvedModel(ref.text, folder, located.default_stop, in_place, ref.kind)

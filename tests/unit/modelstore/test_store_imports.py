@@ -59,3 +59,27 @@ def test_remove_only_imports(tmp_path: Path, conversions: list[Path]) -> None:
     assert not store.remove("../m.gguf")
     assert store.remove("gguf--m") and not folder.exists()
     assert gguf.exists()
+
+
+def test_resolve_imports_an_ollama_model_with_its_stop_strings(
+    tmp_path: Path, conversions: list[Path]
+) -> None:
+    from gateway.modelstore.sources import parse_model_ref, resolve
+    from tests.unit.modelstore.layouts import write_mlx_folder, write_ollama_model
+
+    store = ModelStore(tmp_path / "cache")
+    env = {"OLLAMA_MODELS": str(tmp_path / "ollama")}
+    blob = write_ollama_model(tmp_path / "ollama", "m", "latest", b"GGUF", params={"stop": ["<e>"]})
+    resolved = resolve(parse_model_ref("ollama:m"), store, env)
+    assert resolved.folder == store.path_for("ollama--m--latest")
+    assert (resolved.default_stop, resolved.user_files, resolved.model_id) == (
+        ("<e>",),
+        False,  # the folder loaded is the store's import, not the user's blob
+        "ollama:m",
+    )
+    assert conversions == [blob]
+    # An MLX folder is handed over as it is: nothing imported, nothing copied.
+    folder = write_mlx_folder(tmp_path / "mine")
+    in_place = resolve(parse_model_ref(str(folder)), store, env)
+    assert (in_place.folder, in_place.user_files) == (folder, True)
+    assert conversions == [blob]
