@@ -66,6 +66,9 @@ class SamplingParams:
     logprobs: int | None = None
     # Tokens the reasoning section may take before its end marker is forced; None: no limit.
     reasoning_budget: int | None = None
+    # The reply opens its reasoning section (the template switched thinking on and leaves
+    # the opening to the model): its first token is the start marker.
+    open_reasoning: bool = False
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from gateway.engines.family import TAIL_TOKENS, ModelFamily, family_of
 from gateway.engines.logprobs import TokenSpeller
 from gateway.engines.prefix_disk import weights_fingerprint
 from gateway.engines.reasoning import ReplyFormat, opened_in
-from gateway.engines.reasoning_budget import ThinkingBudget
+from gateway.engines.reasoning_section import ReasoningSection
 from gateway.engines.runner import KVCache, PromptState
 from gateway.engines.stops import StopMatcher
 from gateway.engines.tool_format import (
@@ -295,7 +295,7 @@ class MLXRunner:
             max_tokens,
             constraint,
             generation.resumed,
-            self._thinking_budget(prompt, params, generation.resumed),
+            self._reasoning_section(prompt, params, generation.resumed),
         )
         detokenizer = self.tokenizer.detokenizer
         if generation.continues_text:
@@ -364,26 +364,23 @@ class MLXRunner:
             offset = self.cache_length(cache)
             generation.state = PromptState(cache, tuple((prompt + generated)[:offset]))
 
-    def _thinking_budget(
+    def _reasoning_section(
         self, prompt: Sequence[int], params: SamplingParams, resumed: int
-    ) -> ThinkingBudget | None:
-        """The budget's processor, when the request has one and the model thinks."""
+    ) -> ReasoningSection | None:
+        """The processor that opens the reasoning section and ends it on budget, when the
+        request needs either and the model thinks."""
         family = self.family
-        if params.reasoning_budget is None or not family.think_start:
+        open_first = params.open_reasoning and not resumed
+        if (params.reasoning_budget is None and not open_first) or not family.think_start:
             return None
         start, end = family.think_start_ids, family.think_end_ids
         if len(start) != 1 or len(end) != 1:
-            log.info("no thinking budget for multi-token markers %s", family.think_start)
+            log.info("reasoning markers of several tokens are not forced: %s", family.think_start)
             return None
         opened = opened_in(prompt, start, end)
         # Tokens of a section generated elsewhere (a resumed generation) count as spent.
-        spent = None if opened is None else max(opened, len(prompt) - resumed)
-        return ThinkingBudget(
-            start[0],
-            end[0],
-            params.reasoning_budget,
-            None if spent is None else len(prompt) - spent,
-        )
+        spent = None if opened is None else len(prompt) - max(opened, len(prompt) - resumed)
+        return ReasoningSection(start[0], end[0], params.reasoning_budget, spent, open_first)
 
     def _sampled_tokens(
         self,
@@ -393,7 +390,7 @@ class MLXRunner:
         max_tokens: int,
         constraint: GrammarConstraint | None,
         resumed: int = 0,
-        budget: ThinkingBudget | None = None,
+        section: ReasoningSection | None = None,
     ) -> Generator[tuple[int, Any], None, None]:
         """Token ids and the log-probabilities they were drawn from (after every processor,
         the grammar's mask included): the first from one pass over the uncached prompt, the
@@ -417,8 +414,8 @@ class MLXRunner:
         grammar: list[Callable[[mx.array, mx.array], mx.array]] = (
             [constraint] if constraint is not None else []
         )
-        if budget is not None:  # before the mask, which allows the end marker it forces
-            grammar.insert(0, budget)
+        if section is not None:  # before the mask, which allows the markers it forces
+            grammar.insert(0, section)
         fed = mx.array(uncached)
         logits = self.model(fed[None], cache=cache)[:, -1, :]
         for processor in [*make_job_logits_processors(params, len(uncached)), *grammar]:

@@ -381,6 +381,7 @@ class ChatService:
             grammar=sampling.grammar,
             logprobs=sampling.logprobs,
             reasoning_budget=sampling.reasoning_budget,
+            open_reasoning=prompt.reply is not None and prompt.reply.thinking == "required",
         )
 
     # -- running -------------------------------------------------------------------------------

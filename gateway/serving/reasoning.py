@@ -39,7 +39,8 @@ class ReasoningSplitter:
 
     @property
     def in_reasoning(self) -> bool:
-        return self.state in ("reasoning", "gap")
+        """Inside the section: its end marker not yet seen whole."""
+        return self.state == "reasoning"
 
     def feed(self, text: str) -> list[tuple[Channel, str]]:
         pieces: list[tuple[Channel, str]] = []
