@@ -179,10 +179,19 @@ def cmd_pull(args: argparse.Namespace) -> int:
     cache = hf_cache.hub_cache_dir()
     print(f"downloading {ref.text} into {cache} (weights, config, tokenizer, chat template)")
     folder = hf_cache.pull(ref.name, ref.revision, ref.selector, cache)
-    located = locate(ref, ModelStore(settings.cache_dir))
+    try:
+        located = locate(ref, ModelStore(settings.cache_dir))
+    except ModelNotFoundError:
+        # GGUF files are fetched only when named: a GGUF repo holds dozens of quantizations.
+        print(
+            f"gateway: {folder} has no model*.safetensors weights; for a GGUF repo name one "
+            f"file: gateway models pull hf:{ref.name}:Q4_K_M (a file name or a piece of one)",
+            file=sys.stderr,
+        )
+        return 1
     what = located.folder or located.gguf
     print(f'{ref.text}: {what}\nserve it with:\n  [tiers.NAME]\n  model = "{ref.text}"')
-    return 0 if folder.is_dir() else 1
+    return 0
 
 
 def _progress(reference: str, message: str) -> None:

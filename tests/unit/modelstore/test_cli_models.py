@@ -113,3 +113,33 @@ def test_serve_fails_at_once_on_an_uncached_hf_model(
     assert "gateway models pull hf:mlx-community/Qwen3-8B-4bit" in result.stderr
     assert "tier 'big'" in result.stderr
     assert elapsed < 10
+
+
+def test_pull_downloads_then_names_the_tier_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import huggingface_hub
+
+    from gateway.cli import main
+
+    hub = tmp_path / "hub"
+    src = write_mlx_folder(tmp_path / "src")
+    asked: list[dict[str, object]] = []
+
+    def fake_download(repo_id: str, **kwargs: object) -> str:
+        """Stands in for the Hub: lays the files out as a download would."""
+        asked.append({"repo_id": repo_id, **kwargs})
+        return str(place_in_hf_cache(src, Path(str(kwargs["cache_dir"])), repo_id))
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("GATEWAY_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["models", "pull", "hf:org/fresh"]) == 0
+    assert asked[0]["repo_id"] == "org/fresh" and asked[0]["cache_dir"] == str(hub)
+    assert 'model = "hf:org/fresh"' in capsys.readouterr().out
+    # A GGUF repo pulled without naming a file: the answer says how to name one.
+    src = tmp_path / "empty"
+    src.mkdir()
+    (src / "README.md").write_text("GGUF files")
+    assert main(["models", "pull", "hf:org/some-GGUF"]) == 1
+    assert "hf:org/some-GGUF:Q4_K_M" in capsys.readouterr().err
