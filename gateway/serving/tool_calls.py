@@ -193,6 +193,10 @@ class MistralCallParser:
                 self._state = "arguments"
             elif self._state == "arguments":
                 assert self._scan is not None
+                if not self.calls[-1].arguments:  # the space after "arguments":
+                    self._pending = self._pending.lstrip()
+                    if not self._pending:
+                        break
                 end = self._scan.feed(self._pending)
                 cut = len(self._pending) if end is None else end
                 self._arguments(pieces, self._pending[:cut])

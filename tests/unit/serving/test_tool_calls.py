@@ -64,3 +64,59 @@ def test_the_space_before_the_arguments_is_not_part_of_them() -> None:
     pieces = parser.feed(head[: head.index("{}")]) + parser.feed(head[head.index("{}") :])
     assert parser.calls[0].arguments == "{}" and parser.calls[0].id.startswith("toolu_")
     assert [p.fragment for p in pieces if isinstance(p, CallArguments)] == ["{}"]
+
+
+def test_qwen3s_newlines_inside_the_tags_parse_the_same() -> None:
+    from gateway.engines.tool_format import HermesFormat
+    from gateway.serving.tool_calls import make_tool_parser
+
+    fmt = HermesFormat(newline=True)
+    text = fmt.call_text("get_weather", '{"city": "Paris"}') + "\n" + fmt.call_text("f", "{}")
+    assert text.startswith('<tool_call>\n{"name": "get_weather"')
+    for size in (1, 5, 1000):
+        parser = make_tool_parser(fmt)
+        pieces = []
+        for start in range(0, len(text), size):
+            pieces.extend(parser.feed(text[start : start + size]))
+        pieces.extend(parser.finish())
+        assert [(c.name, c.arguments, c.complete) for c in parser.calls] == [
+            ("get_weather", '{"city": "Paris"}', True),
+            ("f", "{}", True),
+        ]
+        assert not [p for p in pieces if isinstance(p, TextPiece)]
+
+
+def test_mistral_calls_split_anywhere_give_the_same_calls() -> None:
+    from gateway.engines.tool_format import MistralFormat
+    from gateway.serving.tool_calls import make_tool_parser
+
+    for fmt in (MistralFormat(), MistralFormat(space=True)):
+        arguments = ['{"city": "Pa]ris}", "n": [1, {"x": "\\"}"}]}', "{}"]
+        text = fmt.calls_text([("get_weather", arguments[0]), ("get_time", arguments[1])])
+        for size in (1, 2, 7, 1000):
+            parser = make_tool_parser(fmt, "toolu_")
+            pieces = []
+            for start in range(0, len(text), size):
+                pieces.extend(parser.feed(text[start : start + size]))
+            pieces.extend(parser.finish())
+            starts = [p for p in pieces if isinstance(p, CallStart)]
+            assert [s.name for s in starts] == ["get_weather", "get_time"]
+            assert starts[0].id.startswith("toolu_")
+            for index, expected in enumerate(arguments):
+                fragments = [
+                    p.fragment for p in pieces if isinstance(p, CallArguments) and p.index == index
+                ]
+                assert "".join(fragments) == expected
+                assert json.loads(expected) is not None
+            assert all(call.complete for call in parser.calls)
+            assert not [p for p in pieces if isinstance(p, TextPiece)]
+
+
+def test_mistral_text_without_the_control_token_is_text() -> None:
+    from gateway.engines.tool_format import MistralFormat
+    from gateway.serving.tool_calls import make_tool_parser
+
+    parser = make_tool_parser(MistralFormat())
+    pieces = parser.feed("[TOOL") + parser.feed("S] are") + parser.finish()
+    assert "".join(p.text for p in pieces if isinstance(p, TextPiece)) == "[TOOLS] are"
+    assert not parser.calls
