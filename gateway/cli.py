@@ -47,7 +47,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # After the drain, the last events still need to reach the clients.
         timeout_graceful_shutdown=5,
     )
-    GatewayServer(config, lambda: drain(app)).run()
+    from gateway.profiling import maybe_profile_threads
+
+    with maybe_profile_threads() as profiles:  # only with GATEWAY_PROFILE_DIR (benchmarks)
+        GatewayServer(config, lambda: drain(app), profiles).run()
     return 0
 
 

@@ -9,17 +9,36 @@ and only then lets uvicorn shut down. A second signal stops at once.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Awaitable, Callable
 from types import FrameType
 
 import uvicorn
 
+from gateway.profiling import ThreadProfiles
+
 
 class GatewayServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, drain: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        drain: Callable[[], Awaitable[None]],
+        profiles: ThreadProfiles | None = None,
+    ) -> None:
         super().__init__(config)
         self._drain = drain
         self._draining: asyncio.Task[None] | None = None
+        self._profiles = profiles  # GATEWAY_PROFILE_DIR: what serving costs, per thread
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self._profiles is not None:
+            self._profiles.start()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        if self._profiles is not None:  # before uvicorn raises the stopping signal again
+            self._profiles.finish()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._draining is not None or self.should_exit:

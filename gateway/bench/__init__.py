@@ -33,6 +33,26 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         help="ceiling: the source folder of another version of the gateway (a git worktree of "
         "an earlier commit), served alongside this one in the same runs, for before/after",
     )
+    parser.add_argument(
+        "--model-folder",
+        help="ceiling, versus: an mlx-lm model folder to measure instead of the embedded "
+        "default (served under the default model's id)",
+    )
+    parser.add_argument(
+        "--versus-server",
+        action="store_true",
+        help="ceiling: also mlx_lm.server on the same weights, streamed the same way",
+    )
+    parser.add_argument(
+        "--profile-dir",
+        help="ceiling: one more gateway run under the per-thread profiler, written here",
+    )
+    parser.add_argument(
+        "--context-tokens",
+        type=int,
+        nargs="*",
+        help="versus: the contexts' sizes in tokens (default: one of ~1,600)",
+    )
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -13,7 +13,15 @@ alternating in every run after one discarded warm-up:
   layers), read from Linux's per-thread schedstat: Python work per token, free of the noise
   that throughput carries;
 * with ``--baseline SRC``, the same from another version of the gateway's source (a git
-  worktree of an earlier commit), for a before/after in one run.
+  worktree of an earlier commit), for a before/after in one run;
+* ``mlx_lm.server`` on the same weights (``--versus-server``), streamed the same way;
+* the CPU of the gateway's other threads per token (the inference thread, MLX's own);
+* with ``--profile-dir``, one more gateway run under a per-thread profiler
+  (``gateway.profiling``): where the event loop's and the inference thread's time goes.
+
+``--model-folder`` measures an mlx-lm folder (a GPU's bf16 or synthetic model) instead of
+the embedded default; every gateway serves it under the default model's id
+(``process.store_serving``), the baseline's older source too.
 
 A profile of one decode step follows: the forward pass, the same weights' matrix-vector
 products alone (the part the ceiling counts), the Python time to build the step's graph
@@ -24,6 +32,7 @@ vocabulary projection's share.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -32,10 +41,20 @@ from typing import Any
 
 import httpx
 
-from gateway.bench.process import RunningGateway, start_gateway
+from gateway.bench.process import (
+    RunningGateway,
+    RunningUpstream,
+    baseline_env,
+    start_gateway,
+    start_mlx_lm_server,
+    store_serving,
+)
 from gateway.bench.stats import Summary, table, write_json
 from gateway.bench.streaming import stream_chat
 from gateway.modelstore.store import DEFAULT_MODEL_ID
+
+SERVER = "mlx_lm.server"
+PROFILED_REQUESTS = 8
 
 MATRIX_ROWS, MATRIX_COLUMNS = 8192, 8192  # 256 MiB in float32: far beyond the caches
 PROMPT = "Tell me a long story about a lighthouse keeper."
@@ -128,38 +147,91 @@ def mlx_lm_decode(model: Any, tokenizer: Any, max_tokens: int) -> float:
     return (len(times) - 1) / (times[-1] - times[0])
 
 
+def chat_body(prompt: str, extra: dict[str, Any], max_tokens: int, model: str) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        # The usage counts the tokens that had no text of their own (a character split over
+        # tokens, frequent with random weights): the rate counts every token.
+        "stream_options": {"include_usage": True},
+        **extra,
+    }
+
+
 def gateway_decode(
     gateway: RunningGateway,
     client: httpx.Client,
     prompt: str,
     extra: dict[str, Any],
     max_tokens: int,
-) -> tuple[float, float | None]:
-    """Tokens/s a client sees from a streamed greedy chat (one chunk per token), and the
-    microseconds of CPU the server's event-loop thread spent per token (HTTP, SSE, the
-    serving layers: Python work per token that is not the model's), where Linux tells."""
-    body = {
-        "model": DEFAULT_MODEL_ID,
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        **extra,
-    }
-    before = event_loop_cpu_ns(gateway)
-    streamed = stream_chat(client, body)
-    after = event_loop_cpu_ns(gateway)
-    tokens = max(len(streamed.times), 1)
-    cpu = (after - before) / tokens / 1e3 if before is not None and after is not None else None
-    return streamed.decode, cpu
+) -> tuple[float, float | None, float | None]:
+    """Tokens/s a client sees from a streamed greedy chat, and the microseconds of CPU per
+    token of the server's event-loop thread (HTTP, SSE, the serving layers: Python work per
+    token that is not the model's) and of its other threads (the inference thread's Python
+    and MLX's own threads), where Linux tells."""
+    before = thread_cpu_ns(gateway.process.pid)
+    streamed = stream_chat(client, chat_body(prompt, extra, max_tokens, DEFAULT_MODEL_ID))
+    after = thread_cpu_ns(gateway.process.pid)
+    tokens = max(streamed.usage.get("completion_tokens", len(streamed.times)), 1)
+    if before is None or after is None:
+        return streamed.decode_tokens, None, None
+    loop = (after[0] - before[0]) / tokens / 1e3
+    others = (after[1] - before[1]) / tokens / 1e3
+    return streamed.decode_tokens, loop, others
+
+
+def server_decode(server: RunningUpstream, client: httpx.Client, max_tokens: int) -> float:
+    """Tokens/s of ``mlx_lm.server`` on the same request (plain)."""
+    body = chat_body(PROMPT, {}, max_tokens, server.model)
+    return stream_chat(client, body, "chat/completions").decode_tokens
+
+
+def thread_cpu_ns(pid: int) -> tuple[int, int] | None:
+    """CPU nanoseconds of a process's main thread (its event loop) and of all its other
+    threads together, from Linux's per-thread schedstat."""
+    main = 0
+    others = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                ns = int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # a thread that ended meanwhile
+            if task == str(pid):
+                main = ns
+            else:
+                others += ns
+    except OSError:
+        return None
+    return main, others
 
 
 def event_loop_cpu_ns(gateway: RunningGateway) -> int | None:
     """CPU nanoseconds of the server's main thread (its event loop), from Linux's schedstat."""
-    pid = gateway.process.pid
+    both = thread_cpu_ns(gateway.process.pid)
+    return both[0] if both else None
+
+
+def profiled_run(
+    workdir: Path, config: dict[str, Any], env: dict[str, str], cwd: Path | None, max_tokens: int
+) -> dict[str, str]:
+    """A gateway under the per-thread profiler (``gateway.profiling``), a few plain streamed
+    chats, then its summaries: thread name -> the top of its profile by own time."""
+    from gateway.profiling import PROFILE_DIR_ENV
+
+    folder = workdir / "profile"
+    gateway = start_gateway(
+        workdir, config, extra_env={**env, PROFILE_DIR_ENV: str(folder)}, cwd=cwd
+    )
     try:
-        return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
+        with gateway.http() as client:
+            for _ in range(PROFILED_REQUESTS):
+                stream_chat(client, chat_body(PROMPT, {}, max_tokens, DEFAULT_MODEL_ID))
+    finally:
+        gateway.stop()
+    return {path.stem: path.read_text() for path in sorted(folder.glob("*.txt"))}
 
 
 def step_profile(model: Any) -> dict[str, float]:
@@ -218,42 +290,73 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from gateway.config import default_cache_dir
     from gateway.modelstore.store import ModelStore
 
-    folder = ModelStore(Path(args.cache_dir or default_cache_dir())).ensure(DEFAULT_MODEL_ID)
-    dtype = mx.float32 if compute.dequantize else mx.float16
+    workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-ceiling-"))
+    config: dict[str, Any] = {}
+    if args.model_folder:
+        folder = Path(args.model_folder)
+        config["cache_dir"] = str(store_serving(folder, workdir / "store"))
+    else:
+        folder = ModelStore(Path(args.cache_dir or default_cache_dir())).ensure(DEFAULT_MODEL_ID)
+    dtype = (
+        mx.float32
+        if compute.dequantize
+        else mx.bfloat16
+        if compute.device == "cuda"
+        else mx.float16
+    )
     bandwidth = Summary.of(matvec_bandwidth(args.runs, dtype))
     model, tokenizer, weight_bytes = load_model(folder)
     ceiling = bandwidth.median / weight_bytes
-    workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-ceiling-"))
     gateways: dict[str, RunningGateway] = {}
+    envs: dict[str, dict[str, str]] = {"gateway": {}}
+    cwds: dict[str, Path | None] = {"gateway": None}
+    server: RunningUpstream | None = None
     rates: dict[str, list[float]] = {}
     cpu_per_token: dict[str, list[float]] = {}
     try:
-        gateways["gateway"] = start_gateway(workdir / "gateway")
+        gateways["gateway"] = start_gateway(workdir / "gateway", config)
         if args.baseline:
-            source = str(Path(args.baseline).resolve())
+            envs["baseline"] = baseline_env(args.baseline)
+            cwds["baseline"] = workdir / "baseline"
             gateways["baseline"] = start_gateway(
-                workdir / "baseline", extra_env={"PYTHONPATH": source}
+                workdir / "baseline", config, extra_env=envs["baseline"], cwd=cwds["baseline"]
             )
+        if args.versus_server:
+            server = start_mlx_lm_server(workdir / "server", folder)
         clients = {who: gateway.http() for who, gateway in gateways.items()}
+        server_client = (
+            httpx.Client(base_url=server.base_url + "/", timeout=600) if server else None
+        )
         for index in range(args.runs + 1):
             measured = {"mlx-lm generate_step": mlx_lm_decode(model, tokenizer, args.max_tokens)}
-            loop_cpu: dict[str, float] = {}
+            if server is not None and server_client is not None:
+                measured[SERVER] = server_decode(server, server_client, args.max_tokens)
+            thread_cpu: dict[str, float] = {}
             for who, client in clients.items():
                 for name, prompt, extra in GATEWAY_ROWS:
-                    rate, cpu = gateway_decode(
+                    rate, loop, others = gateway_decode(
                         gateways[who], client, prompt, extra, args.max_tokens
                     )
                     measured[f"{who}: {name}"] = rate
-                    if cpu is not None:
-                        loop_cpu[f"{who}: {name}"] = cpu
+                    if loop is not None and others is not None:
+                        thread_cpu[f"{who}: {name}: event loop"] = loop
+                        thread_cpu[f"{who}: {name}: other threads"] = others
             if index:  # the first run is the warm-up
                 for name, rate in measured.items():
                     rates.setdefault(name, []).append(rate)
-                for name, cpu in loop_cpu.items():
+                for name, cpu in thread_cpu.items():
                     cpu_per_token.setdefault(name, []).append(cpu)
     finally:
         for gateway in gateways.values():
             gateway.stop()
+        if server is not None:
+            server.stop()
+    profiles: dict[str, dict[str, str]] = {}
+    if args.profile_dir:
+        for who in gateways:
+            profiles[who] = profiled_run(
+                Path(args.profile_dir) / who, config, envs[who], cwds[who], args.max_tokens
+            )
     profile = step_profile(model)
     summaries = {name: Summary.of(values) for name, values in rates.items()}
     cpu_summaries = {name: Summary.of(values) for name, values in cpu_per_token.items()}
@@ -263,7 +366,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             [
                 ("matrix-vector bandwidth (GB/s)", str(dtype), Summary.of(gigabytes)),
                 *(("decode tokens/s", name, s) for name, s in summaries.items()),
-                *(("event-loop CPU per token (us)", n, s) for n, s in cpu_summaries.items()),
+                *(("thread CPU per token (us)", n, s) for n, s in cpu_summaries.items()),
             ],
         )
     )
@@ -280,6 +383,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"  {name:34} {milliseconds:8.2f} ms")
     return {
         "benchmark": "ceiling",
+        "model_folder": str(folder),
+        "compute": compute.as_dict(),
         "runs": args.runs,
         "max_tokens": args.max_tokens,
         "baseline": args.baseline,
@@ -288,8 +393,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ceiling_tokens_per_second": ceiling,
         "decode_tokens_per_second": {name: s.as_dict() for name, s in summaries.items()},
         "fraction_of_ceiling": {name: s.median / ceiling for name, s in summaries.items()},
-        "event_loop_cpu_microseconds_per_token": {n: s.as_dict() for n, s in cpu_summaries.items()},
+        "thread_cpu_microseconds_per_token": {n: s.as_dict() for n, s in cpu_summaries.items()},
         "decode_step_milliseconds": profile,
+        "profiles": profiles,
     }
 
 

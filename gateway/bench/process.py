@@ -89,6 +89,34 @@ class RunningGateway:
             self.process.kill()
 
 
+def store_serving(folder: Path, cache_dir: Path) -> Path:
+    """A cache directory whose store holds ``folder`` as the default model's import, so that
+    any version of the gateway (an older one too, for a before/after) serves that folder
+    under the default model's id. The files are linked, not copied; returns ``cache_dir``."""
+    from gateway.modelstore.store import DEFAULT_MODEL_ID, IMPORT_FORMAT, MANIFEST
+
+    target = cache_dir / "models" / DEFAULT_MODEL_ID
+    target.mkdir(parents=True, exist_ok=True)
+    files: dict[str, int] = {}
+    for file in sorted(folder.resolve().iterdir()):
+        if not file.is_file() or file.name == MANIFEST:
+            continue
+        link = target / file.name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(file)
+        files[file.name] = file.stat().st_size
+    manifest = {"format": IMPORT_FORMAT, "model": DEFAULT_MODEL_ID, "source": str(folder)}
+    (target / MANIFEST).write_text(json.dumps({**manifest, "files": files}, indent=2))
+    return cache_dir
+
+
+def baseline_env(source: str) -> dict[str, str]:
+    """The environment that runs another version's source (``--baseline``): first on the path."""
+    paths = [str(Path(source).resolve()), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
 def start_gateway(
     workdir: Path,
     config: dict[str, Any] | None = None,
@@ -96,9 +124,11 @@ def start_gateway(
     cpus: str | None = None,
     extra_env: dict[str, str] | None = None,
     port: int | None = None,
+    cwd: Path | None = None,
 ) -> RunningGateway:
     """A gateway process on ``port`` (default: a free one); ``cpus`` pins it to those cores
-    (``taskset -c``)."""
+    (``taskset -c``). ``cwd``: where it runs; another version's source (``baseline_env``)
+    needs one outside this checkout, whose ``gateway`` package ``-m`` would import first."""
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "gateway.toml"
     config = dict(config or {})
@@ -125,6 +155,7 @@ def start_gateway(
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
         env=env,
+        cwd=cwd,
     )
     gateway = RunningGateway(process, port, log_path)
     _wait_until_answering(

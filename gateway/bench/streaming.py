@@ -32,6 +32,16 @@ class Streamed:
         span = self.times[-1] - self.times[0] if len(self.times) > 1 else 0.0
         return (len(self.times) - 1) / span if span > 0 else 0.0
 
+    @property
+    def decode_tokens(self) -> float:
+        """Tokens/s from the first text chunk to the last, counting the tokens the usage
+        reports (tokens without text of their own included); ``decode`` without usage."""
+        completion = int(self.usage.get("completion_tokens", 0))
+        span = self.times[-1] - self.times[0] if len(self.times) > 1 else 0.0
+        if completion < len(self.times) or span <= 0:
+            return self.decode
+        return (completion - 1) / span
+
 
 def stream_chat(
     client: httpx.Client, body: dict[str, Any], path: str = "/v1/chat/completions"

@@ -30,12 +30,23 @@ SPECULATED_MAX_TOKENS = 32  # more than the 16 speculated: the rest follows from
 CITIES = ["Lisbon", "Porto", "Seville", "Valencia", "Bologna", "Lyon", "Ghent", "Krakow"]
 
 
-def fixed_context(tag: str) -> list[dict[str, str]]:
-    """A system prompt with a user profile plus a few turns of history: over 1,500 tokens."""
+# fixed_context's size: ~480 tokens of turns and ~28 tokens per profile note (SmolLM2's
+# tokenizer), so that a context of N tokens has about (N - 480) / 28 notes.
+CONTEXT_BASE_TOKENS, TOKENS_PER_NOTE, DEFAULT_NOTES = 480, 28, 40
+
+
+def notes_for(tokens: int) -> int:
+    """How many profile notes make a ``fixed_context`` of about ``tokens`` tokens."""
+    return max(1, (tokens - CONTEXT_BASE_TOKENS) // TOKENS_PER_NOTE)
+
+
+def fixed_context(tag: str, notes: int = DEFAULT_NOTES) -> list[dict[str, str]]:
+    """A system prompt with a user profile plus a few turns of history: over 1,500 tokens
+    with the default 40 notes (``notes_for`` sizes it for another length)."""
     profile = " ".join(
-        f"Note {i}: the user enjoyed {city} for its food, its museums and its old streets, "
-        f"and would go back in spring if the trains were cheap."
-        for i, city in enumerate(CITIES * 5)
+        f"Note {i}: the user enjoyed {CITIES[i % len(CITIES)]} for its food, its museums and "
+        f"its old streets, and would go back in spring if the trains were cheap."
+        for i in range(notes)
     )
     messages = [
         {

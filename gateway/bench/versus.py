@@ -14,6 +14,10 @@ computes with; on a Mac both get the 4-bit folder) and are called alternately in
 * hinted + speculated: as hinted, with the new message as the hint's draft and a pause
   long enough for the gateway to compute the answer's first tokens ahead;
 * decode tokens/s: over the cold runs' streamed tokens.
+
+``--context-tokens`` runs the whole set at each of several context sizes (2K, 8K, 32K on a
+GPU); ``--model-folder`` serves an mlx-lm folder (bf16 on a GPU) instead of the embedded
+model, with a prefix cache large enough for the longest context and none saved to disk.
 """
 
 from __future__ import annotations
@@ -28,10 +32,17 @@ from typing import Any
 
 import httpx
 
-from gateway.bench.process import start_gateway, start_mlx_lm_server
+from gateway.bench.process import start_gateway, start_mlx_lm_server, store_serving
 from gateway.bench.stats import Summary, ratio, table, write_json
 from gateway.bench.streaming import Streamed, stream_chat
-from gateway.bench.typing import NEW_MESSAGE, _ready_hint, _speculated_hint, fixed_context
+from gateway.bench.typing import (
+    DEFAULT_NOTES,
+    NEW_MESSAGE,
+    _ready_hint,
+    _speculated_hint,
+    fixed_context,
+    notes_for,
+)
 
 SECOND_MESSAGE = "And which one should I keep for last?"
 THIRD_MESSAGE = "Thanks. How long should the whole tour take?"
@@ -64,7 +75,13 @@ def stream(
     client: httpx.Client, path: str, model: str, messages: list[dict[str, str]], max_tokens: int
 ) -> Streamed:
     """One greedy streamed request: its time to first token, decode tokens/s and text."""
-    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    body = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream_options": {"include_usage": True},  # prompt tokens; decode counts every token
+    }
     return stream_chat(client, body, path)
 
 
@@ -73,19 +90,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from gateway.engines.device import choose_compute_path
     from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
 
-    folder = ModelStore(Path(args.cache_dir or default_cache_dir())).ensure(DEFAULT_MODEL_ID)
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-versus-"))
+    config: dict[str, Any] = {}
+    if args.model_folder:
+        folder = Path(args.model_folder)
+        config["cache_dir"] = str(store_serving(folder, workdir / "store"))
+        # A 32K context of an 8B model is 4 GB of KV cache: kept in memory, not written out.
+        config["cache"] = {"prefix_cache_bytes": 64 * 2**30, "persist_prefix_bytes": 0}
+    else:
+        folder = ModelStore(Path(args.cache_dir or default_cache_dir())).ensure(DEFAULT_MODEL_ID)
     compute = choose_compute_path()
     served = float32_copy(folder, workdir) if compute.dequantize else folder
     server = start_mlx_lm_server(workdir / "server", served)
     gateway = None
     rows: dict[tuple[str, str], list[float]] = {}
+    sizes = args.context_tokens or [0]  # 0: the default context (~1,600 tokens)
 
     def note(metric: str, who: str, value: float) -> None:
         rows.setdefault((metric, who), []).append(value)
 
     try:
-        gateway = start_gateway(workdir / "gateway")
+        gateway = start_gateway(workdir / "gateway", config)
         with (
             gateway.http() as ours,
             httpx.Client(base_url=server.base_url + "/", timeout=600) as theirs,
@@ -94,9 +119,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 GATEWAY: (ours, "/v1/chat/completions", DEFAULT_MODEL_ID),
                 SERVER: (theirs, "chat/completions", server.model),
             }
-            for index in range(args.runs + 1):
+            for size, index in ((z, i) for z in sizes for i in range(args.runs + 1)):
+                notes = notes_for(size) if size else DEFAULT_NOTES
+                at = f" @{size}" if size else ""
+
+                def context_of(tag: str, notes: int = notes) -> list[dict[str, str]]:
+                    return fixed_context(f"{tag}-{uuid.uuid4().hex[:8]}", notes)
+
                 for who, (client, path, model) in targets.items():
-                    context = fixed_context(f"{who}-{index}-{uuid.uuid4().hex[:8]}")
+                    context = context_of(f"{who}-{index}")
                     first = [*context, {"role": "user", "content": NEW_MESSAGE}]
                     cold = stream(client, path, model, first, args.max_tokens)
                     again = [
@@ -113,7 +144,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     if who == GATEWAY:
                         _speculated_hint(client, third[:-1], THIRD_MESSAGE)
                     next_turn = stream(client, path, model, third, 32)
-                    hinted_context = fixed_context(f"{who}-hinted-{index}-{uuid.uuid4().hex[:8]}")
+                    hinted_context = context_of(f"{who}-hinted-{index}")
                     if who == GATEWAY:
                         _ready_hint(client, hinted_context)
                     hinted = stream(
@@ -123,7 +154,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         [*hinted_context, {"role": "user", "content": NEW_MESSAGE}],
                         4,
                     )
-                    spec_context = fixed_context(f"{who}-spec-{index}-{uuid.uuid4().hex[:8]}")
+                    spec_context = context_of(f"{who}-spec-{index}")
                     if who == GATEWAY:
                         _speculated_hint(client, spec_context, NEW_MESSAGE)
                     speculated = stream(
@@ -135,12 +166,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     if index == 0:
                         continue  # the warm-up
-                    note("hinted + speculated TTFT (s)", who, speculated.ttft)
-                    note("cold TTFT (s)", who, cold.ttft)
-                    note("multi-turn TTFT (s)", who, turn.ttft)
-                    note("multi-turn hint+spec TTFT (s)", who, next_turn.ttft)
-                    note("hinted TTFT (s)", who, hinted.ttft)
-                    note("decode tokens/s", who, cold.decode)
+                    note(f"hinted + speculated TTFT (s){at}", who, speculated.ttft)
+                    note(f"cold TTFT (s){at}", who, cold.ttft)
+                    note(f"multi-turn TTFT (s){at}", who, turn.ttft)
+                    note(f"multi-turn hint+spec TTFT (s){at}", who, next_turn.ttft)
+                    note(f"hinted TTFT (s){at}", who, hinted.ttft)
+                    note(f"decode tokens/s{at}", who, cold.decode_tokens)
+                    if size:
+                        note(f"prompt tokens{at}", who, float(cold.usage.get("prompt_tokens", 0)))
     finally:
         if gateway is not None:
             gateway.stop()
@@ -151,19 +184,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "versus",
         "runs": args.runs,
         "max_tokens": args.max_tokens,
-        "weights": "float32" if compute.dequantize else "4-bit",
+        "weights": "float32" if compute.dequantize else "as stored",
+        "model_folder": str(served),
+        "compute": compute.as_dict(),
         "summaries": {f"{m}/{w}": s.as_dict() for (m, w), s in summaries.items()},
         "ratios_server_over_gateway": {},
     }
     print()
-    for metric in (
+    metrics = (
         "cold TTFT (s)",
         "multi-turn TTFT (s)",
         "multi-turn hint+spec TTFT (s)",
         "hinted TTFT (s)",
         "hinted + speculated TTFT (s)",
         "decode tokens/s",
-    ):
+    )
+    for metric in (f"{m} @{z}" if z else m for z in sizes for m in metrics):
         theirs_over_ours = ratio(summaries[(metric, SERVER)], summaries[(metric, GATEWAY)])
         result["ratios_server_over_gateway"][metric] = theirs_over_ours
         print(f"{metric:24} mlx_lm.server / gateway (medians): {theirs_over_ours:.2f}")

@@ -4,12 +4,15 @@ On Apple Silicon MLX runs on Metal and 4-bit weights are the fast path. On Linux
 ``mlx[cpu]`` wheel ships the reference BLAS (about 5 GFLOP/s here); loading OpenBLAS with
 global symbol visibility *before* ``mlx.core`` is imported routes MLX's sgemm calls to it
 (about 190 GFLOP/s), and with it float32 weights beat MLX's 4-bit CPU kernels ~25x at
-prefill (``shared/MODELS.md`` section 3).
+prefill (``shared/MODELS.md`` section 3). On Linux with MLX's CUDA backend installed
+(``mlx-cuda-*``) and a GPU present, the GPU computes and each model keeps its own form
+(bf16 or its quantization): nothing is dequantized to float32.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import os
 import platform
 import sys
@@ -31,9 +34,9 @@ OPENBLAS_INSTALL_HINT = (
 class ComputePath:
     """What the engines do on this machine, shown at start and in ``/health``."""
 
-    device: str  # "metal" or "cpu"
-    blas: str  # "accelerate", "openblas:<path>" or "reference"
-    weights: str  # "4bit" (as imported) or "float32" (dequantized at load)
+    device: str  # "metal", "cuda" or "cpu"
+    blas: str  # "accelerate", "openblas:<path>", "reference" or "cublas"
+    weights: str  # "4bit" (as imported), "native" (as stored) or "float32" (dequantized at load)
     note: str
 
     @property
@@ -82,6 +85,36 @@ def _load_openblas() -> str | None:
     return None
 
 
+# MLX's CUDA backend ships as one of these distributions beside ``mlx`` itself.
+CUDA_DISTRIBUTIONS = ("mlx-cuda-13", "mlx-cuda-12", "mlx-cuda")
+
+
+def _cuda_gpu() -> str | None:
+    """The GPU MLX's CUDA backend computes on, or None (no CUDA wheel, or no GPU).
+
+    The wheel is looked for first, so that a CPU-only machine never imports MLX here (the
+    OpenBLAS choice above must come before that import, and it already has).
+    """
+    if sys.platform != "linux":
+        return None
+    for name in CUDA_DISTRIBUTIONS:
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        break
+    else:
+        return None
+    import mlx.core as mx
+
+    if not mx.cuda.is_available():
+        return None
+    try:
+        return str(mx.device_info().get("device_name", "GPU"))
+    except (AttributeError, RuntimeError):
+        return "GPU"
+
+
 def choose_compute_path(weights: str = "auto") -> ComputePath:
     """Decide (once per process) and prepare the compute path; call before importing MLX.
 
@@ -95,6 +128,13 @@ def choose_compute_path(weights: str = "auto") -> ComputePath:
         _chosen = ComputePath("metal", "accelerate", chosen, "Apple Silicon: Metal")
         return _chosen
     blas_path = _load_openblas()
+    gpu = _cuda_gpu()
+    if gpu is not None:
+        # A float32 copy would double a bf16 model's bytes per token for nothing: the GPU's
+        # bf16 and quantized kernels are the fast ones.
+        chosen = "native" if weights in ("auto", "float32") else weights
+        _chosen = ComputePath("cuda", "cublas", chosen, f"Linux GPU: MLX CUDA on {gpu}")
+        return _chosen
     if blas_path:
         chosen = "float32" if weights == "auto" else weights
         _chosen = ComputePath("cpu", f"openblas:{blas_path}", chosen, "Linux CPU with OpenBLAS")

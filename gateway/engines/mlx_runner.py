@@ -45,8 +45,9 @@ log = logging.getLogger(__name__)
 
 # Long prompts are prefilled in chunks, each a point where the job can be cancelled or
 # preempted. Throughput is flat above a few dozen tokens per chunk on both paths; the size
-# bounds how long a user waits behind a background prefill (~1 s on a Linux CPU).
-PREFILL_CHUNK_TOKENS = {"metal": 512, "cpu": 64}
+# bounds how long a user waits behind a background prefill (~1 s on a Linux CPU; on an
+# H200, 2,048 tokens of an 8B model take ~75 ms, and smaller chunks waste its width).
+PREFILL_CHUNK_TOKENS = {"metal": 512, "cuda": 2048, "cpu": 64}
 
 
 class MLXGeneration:
@@ -146,13 +147,32 @@ class MLXRunner:
         log.info("model %s ready on %s", model_id, compute.as_dict())
 
     def _warm_up(self) -> None:
-        """One forward pass at load: MLX prepares its kernels on first use (Metal compiles
-        them), which would otherwise land on the first request after a start."""
+        """Compile at load what serving uses: MLX prepares its kernels on first use (Metal
+        and CUDA compile them, per kernel and shape), which would otherwise land on the
+        first requests after a start.
+
+        On a CPU one tiny pass is enough (nothing is compiled; load time matters more). On
+        a GPU, a short generation runs the shapes of serving: a whole prefill chunk, a
+        partial one on a non-empty cache with the first token's sampling, the pipelined
+        decode steps (greedy, then sampled with top-p), each with log-probabilities.
+        """
         import mlx.core as mx
 
-        cache = self.new_cache()
         first = int(next(iter(self.eos_token_ids), 0))
-        mx.eval(self.model(mx.array([[first, first]]), cache=cache))
+        if self.compute.device == "cpu":
+            mx.eval(self.model(mx.array([[first, first]]), cache=self.new_cache()))
+            return
+        # Token ids below the vocabulary's end, none of them an end token.
+        filler = [t for t in range(100, 200) if t not in self.eos_token_ids]
+        length = min(self.prefill_chunk_tokens + 3, self.context_length - 8)
+        prompt = (filler * (length // len(filler) + 1))[:length]
+        for params in (
+            SamplingParams(max_tokens=4, temperature=0.0, logprobs=2),
+            SamplingParams(max_tokens=3, temperature=0.7, top_p=0.9, seed=0),
+        ):
+            for _event in self.generate(prompt, params):
+                pass
+        mx.synchronize()
 
     def close(self) -> None:
         import mlx.core as mx
