@@ -285,14 +285,20 @@ class ChatService:
         # The grammar follows the reply's layout: calls or the answer format come after
         # the reasoning section, which the rendered prompt may already have opened.
         reply = prompt.reply or ReplyFormat()
+        answer = sampling.grammar
         if calling and tool_use is not None:
-            grammar = reply_grammar(reply, sampling.grammar, tool_use.tools, tool_use.choice)
+            grammar = reply_grammar(reply, answer, tool_use.tools, tool_use.choice)
             sampling = replace(sampling, grammar=grammar, grammar_param=tool_use.param)
-        elif sampling.grammar is not None:
-            sampling = replace(sampling, grammar=reply_grammar(reply, sampling.grammar))
+        elif answer is not None:
+            sampling = replace(sampling, grammar=reply_grammar(reply, answer))
         if sampling.grammar is not None:
             self._check_grammar(sampling.grammar, sampling.grammar_param)
-        params = self._sampling_params(sampling, tier, prompt)
+        # The reply opens its section where thinking is on, unless a grammar of its own (a
+        # task's) says how it begins.
+        opens = reply.thinking == "required" and (
+            sampling.grammar is None or sampling.grammar is not answer
+        )
+        params = replace(self._sampling_params(sampling, tier, prompt), open_reasoning=opens)
         return PreparedChat(
             tier,
             messages,
@@ -381,7 +387,6 @@ class ChatService:
             grammar=sampling.grammar,
             logprobs=sampling.logprobs,
             reasoning_budget=sampling.reasoning_budget,
-            open_reasoning=prompt.reply is not None and prompt.reply.thinking == "required",
         )
 
     # -- running -------------------------------------------------------------------------------
