@@ -25,6 +25,7 @@ from typing import Any
 from gateway.errors import QueueFullError, ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
 from gateway.scheduler.gates import GATE_NAMES, Gates
+from gateway.scheduler.handoff import EventHandoff
 from gateway.scheduler.jobs import Job, JobState, Priority
 
 log = logging.getLogger(__name__)
@@ -358,6 +359,7 @@ class Scheduler:
         with self._occupancy_lock:
             self._occupancy += 1
             self.max_occupancy_seen = max(self.max_occupancy_seen, self._occupancy)
+        handoff = EventHandoff(loop, job.deliver)
         try:
             if job.steps is None:
                 job.steps = iter(job.work())
@@ -372,7 +374,7 @@ class Scheduler:
                     event = next(job.steps)
                 except StopIteration:
                     return _SliceEnd.DONE
-                loop.call_soon_threadsafe(job.deliver, event)
+                handoff.put(event)
         except Exception as exc:  # an engine failure ends this job, never the scheduler
             log.exception("job %s failed", job.id)
             job.error = exc

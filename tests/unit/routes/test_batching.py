@@ -1,0 +1,97 @@
+"""ready_batches: items ready together come as one batch; waiting, errors and leaving."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+
+import pytest
+
+from gateway.routes.batching import ready_batches
+
+
+async def from_queue(queue: asyncio.Queue[int | None], log: list[str]) -> AsyncGenerator[int, None]:
+    try:
+        while (item := await queue.get()) is not None:
+            yield item
+    finally:
+        log.append("closed")
+
+
+async def test_items_ready_together_come_as_one_batch() -> None:
+    queue: asyncio.Queue[int | None] = asyncio.Queue()
+    for item in (1, 2, 3, None):
+        queue.put_nowait(item)
+    log: list[str] = []
+    batches = [b async for b in ready_batches(from_queue(queue, log))]
+    assert batches == [[1, 2, 3]]
+    assert log == ["closed"]
+
+
+async def test_items_one_at_a_time_come_one_by_one_and_in_order() -> None:
+    queue: asyncio.Queue[int | None] = asyncio.Queue()
+    log: list[str] = []
+
+    async def produce() -> None:
+        for item in (1, 2, 3):
+            queue.put_nowait(item)
+            await asyncio.sleep(0.01)
+        queue.put_nowait(None)
+
+    producer = asyncio.create_task(produce())
+    batches = [b async for b in ready_batches(from_queue(queue, log))]
+    await producer
+    assert batches == [[1], [2], [3]]
+
+
+async def test_a_batch_is_at_most_the_limit() -> None:
+    queue: asyncio.Queue[int | None] = asyncio.Queue()
+    for item in (*range(5), None):
+        queue.put_nowait(item)
+    batches = [b async for b in ready_batches(from_queue(queue, []), limit=2)]
+    assert batches == [[0, 1], [2, 3], [4]]
+
+
+async def test_an_error_comes_after_the_items_before_it() -> None:
+    async def failing() -> AsyncGenerator[int, None]:
+        yield 1
+        yield 2
+        raise ValueError("boom")
+
+    seen: list[list[int]] = []
+    with pytest.raises(ValueError, match="boom"):
+        async for batch in ready_batches(failing()):
+            seen.append(batch)
+    assert seen == [[1, 2]]
+
+
+async def test_a_cancelled_consumer_cancels_the_source_where_it_waits() -> None:
+    queue: asyncio.Queue[int | None] = asyncio.Queue()
+    queue.put_nowait(1)
+    log: list[str] = []
+    got: list[list[int]] = []
+
+    async def consume() -> None:
+        async for batch in ready_batches(from_queue(queue, log)):
+            got.append(batch)
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.01)  # the first batch is out; the next step waits on the queue
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert got == [[1]]
+    assert log == ["closed"]
+
+
+async def test_closing_the_batches_mid_step_leaves_the_source_closable() -> None:
+    queue: asyncio.Queue[int | None] = asyncio.Queue()
+    queue.put_nowait(1)
+    log: list[str] = []
+    source = from_queue(queue, log)
+    async with aclosing(source), aclosing(ready_batches(source)) as batches:
+        async for batch in batches:
+            assert batch == [1]
+            break  # a step of the source is under way (waiting on the empty queue)
+    assert log == ["closed"]
