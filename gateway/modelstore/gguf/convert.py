@@ -69,6 +69,24 @@ def _quantized(header: GGUFFile, tensor: TensorInfo) -> Affine:
     return requantize(_dequantize(header, tensor), mlx_bits(kind))
 
 
+def _float_width(header: GGUFFile) -> str:
+    """The dtype every float tensor is stored in: one width per model, as mlx-lm expects.
+
+    A quantized model's float tensors become float32: a float16 embedding (llama.cpp's K-quant
+    mixes keep some rows in F16) would turn the activations float16, which costs quality
+    (MODELS.md section 2) and runs slowly on a CPU. A float16/bfloat16 model keeps its width,
+    its F32 norms and router included (llama.cpp widened them from that width).
+    """
+    kinds = {t.type_name for t in header.tensors}
+    if kinds - FLOAT_TYPES:
+        return "float32"
+    sizes: dict[str, int] = {}
+    for tensor in header.tensors:
+        sizes[tensor.type_name] = sizes.get(tensor.type_name, 0) + tensor.elements
+    dominant = max(sizes, key=lambda kind: sizes[kind])
+    return {"F16": "float16", "BF16": "bfloat16"}.get(dominant, "float32")
+
+
 class _Record:
     """The import record: per ggml type, what became of its tensors."""
 
@@ -96,9 +114,7 @@ def _convert_weights(
     weights: dict[str, Any] = {}
     per_layer: dict[str, Any] = {}  # module -> its quantization where it differs
     bit_counts: dict[int, int] = {}
-    embed = next((t for t in header.tensors if t.name == "token_embd.weight"), None)
-    # Norms are F32 in every GGUF; a float16/bfloat16 model keeps them in its own width.
-    float_width = {"F16": mx.float16, "BF16": mx.bfloat16}.get(embed.type_name if embed else "")
+    float_width = _float_width(header)
     for index, tensor in enumerate(header.tensors):
         name = arch.mlx_name(tensor.name)
         if name is None:
@@ -110,8 +126,7 @@ def _convert_weights(
             array = _float_array(header, tensor)
             if arch.norm_offset and arch.is_norm(tensor.name):
                 array = (array.astype(mx.float32) - arch.norm_offset).astype(array.dtype)
-            if float_width is not None and len(tensor.shape) == 1:
-                array = array.astype(float_width)
+            array = array.astype(getattr(mx, float_width))
             weights[name] = array
             record.add(tensor.name, kind, "kept", None)
             continue

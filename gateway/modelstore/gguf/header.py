@@ -78,20 +78,24 @@ def estimate_loaded_bytes(summary_or_path: GGUFSummary | Path | str, dequantized
     """Bytes the imported weights take in memory.
 
     ``dequantized``: every weight as float32 (the Linux fast path when it fits). Otherwise
-    as imported: float tensors keep their width, quantized ones become MLX affine at the
-    width the importer chooses (4, 5 or 8 bits) plus a float32 scale and bias per 32 values.
+    as imported: quantized tensors become MLX affine at the width the importer chooses (4, 5
+    or 8 bits) plus a float32 scale and bias per 32 values, and the float tensors float32; a
+    float model keeps its own width (``convert._float_width`` decides the same way).
     """
     summary = (
         summary_or_path
         if isinstance(summary_or_path, GGUFSummary)
         else read_summary(Path(summary_or_path))
     )
-    total = 0
-    for kind, count in summary.elements_by_type.items():
-        if dequantized:
-            total += 4 * count
-        elif kind in _FLOAT_BYTES:
-            total += _FLOAT_BYTES[kind] * count
-        else:
+    by_type = summary.elements_by_type
+    if dequantized:
+        return 4 * sum(by_type.values())
+    floats = {kind: count for kind, count in by_type.items() if kind in _FLOAT_BYTES}
+    if len(floats) == len(by_type):  # a float model keeps its dominant width throughout
+        dominant = max(floats, key=lambda kind: floats[kind])
+        return _FLOAT_BYTES[dominant] * sum(floats.values())
+    total = 4 * sum(floats.values())  # a quantized model's float tensors become float32
+    for kind, count in by_type.items():
+        if kind not in floats:
             total += count * mlx_bits(kind) // 8 + count // _GROUP * _SCALE_BIAS_BYTES
     return total
