@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# On the device machine (ops/gpu/prepare.sh prints the calls): stash | decode | ttft.
+#   stash:  keep the carried payload part(s) outside the working tree (laid anew each call)
+#   decode: join the parts, check the sha256, install the wheels, build the models, run
+#           `run.py decode` (limits + bench ceiling per model) under a time budget
+#   ttft:   `run.py ttft` (bench versus at 2K/8K/32K per model), same machine, still warm
+# Results: $OUT/results.json and $OUT/log.txt (the device tool brings back few files).
+set -uo pipefail
+STASH=/tmp/gpu-stash SITE=/tmp/gpu-site WORK=${GPU_WORK:-/tmp/gpu-work}
+PY=${PY:-python3}  # (a smoke test on a CPU machine passes its own, and SKIP_INSTALL=1)
+mkdir -p "$STASH" "$WORK" "${OUT:=/tmp/gpu-out}"
+case "${1:?stash, decode or ttft}" in
+stash)
+  cp .gpu/part-*/* "$STASH"/ && ls -la "$STASH"
+  exit ;;
+decode)
+  cp .gpu/part-*/* "$STASH"/ || exit 1
+  rm -rf "$WORK/src" && mkdir -p "$WORK/src" && cp -r .gpu/before .gpu/after "$WORK/src/" || exit 1
+  cat "$STASH"/part-* > "$WORK/payload.tar"
+  [ "$(sha256sum "$WORK/payload.tar" | cut -d' ' -f1)" = "$(cat "$STASH/payload.sha256")" ] \
+    || { echo "payload sha256 mismatch"; ls -la "$STASH"; exit 1; }
+  mkdir -p "$WORK/payload" && tar -C "$WORK/payload" -xf "$WORK/payload.tar" && rm "$WORK/payload.tar"
+  [ -n "${SKIP_INSTALL:-}" ] || "$PY" -m pip install -q --no-index --no-deps --no-compile \
+    --no-cache-dir --upgrade --target "$SITE" "$WORK"/payload/*.whl || exit 1 ;;
+ttft) ;;
+*) echo "unknown step $1"; exit 2 ;;
+esac
+export PYTHONPATH="$WORK/src/after:$SITE" PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error
+# Fill the whole command limit (600 s) but leave room for the transfer back.
+BUDGET=${BUDGET:-540}
+cd "$WORK/src/after" || exit 1
+cat VERSIONS
+if [ "$1" = decode ]; then
+  nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm,clocks.mem --format=csv
+  "$PY" -c "import mlx.core as mx; print(mx.__version__, mx.default_device(), mx.cuda.is_available())" || exit 1
+  "$PY" -c "from gateway.engines.device import choose_compute_path as c; print(c())"
+fi
+"$PY" ops/gpu/run.py "$1" "$OUT" "$WORK/models" "$WORK/payload/smollm2" "$WORK/src/before" \
+  "$((BUDGET - SECONDS))"
