@@ -117,7 +117,9 @@ def _sentencepiece_bpe(meta: dict[str, Any], tokens: list[str], types: list[int]
             fuse_unk=True,
         )
     )
-    # SentencePiece's dummy prefix (Llama 2, Mistral); Gemma's GGUF turns it off.
+    # SentencePiece's dummy prefix (Llama 2, Mistral; Gemma's GGUF turns it off). Like
+    # llama.cpp (and Hugging Face's legacy Llama tokenizers), the space goes before every
+    # piece of text, also the first one after a special or user-defined token.
     prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
     steps: list[Any] = [normalizers.Prepend("▁")] if prefix else []
     tokenizer.normalizer = normalizers.Sequence([*steps, normalizers.Replace(" ", "▁")])
@@ -145,7 +147,9 @@ def build_tokenizer(meta: dict[str, Any], chat_template: str | None = None) -> A
         normalized = False
     elif model == "llama":
         tokenizer, tokens = _sentencepiece_bpe(meta, tokens, types)
-        normalized = True
+        # Matched in the normalized text (Gemma: spaces already "▁"); with a dummy prefix
+        # they are split out first, or the prefix would be put inside them.
+        normalized = not bool(meta.get("tokenizer.ggml.add_space_prefix", True))
     else:
         raise ValueError(f"unsupported GGUF tokenizer model {model!r} (gpt2 and llama are)")
     tokenizer.add_special_tokens(
