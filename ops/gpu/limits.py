@@ -6,8 +6,8 @@ vector over 1 GiB (the read bandwidth decode sees) and a 1 GiB device copy (read
 
 Per model (its folder's weights, as stored): decode's limit is its weight bytes over the
 matrix-vector bandwidth (every weight is read once per token); prefill's limit at a context
-of N tokens is 2 x parameters x N plus causal attention's 2 x layers x N^2 x hidden FLOPs over
-the matrix rate, so a time to first token cannot be shorter than that.
+of N tokens is 2 x matrix parameters x N plus causal attention's 2 x layers x N^2 x heads x
+head_dim FLOPs over the matrix rate, so a time to first token cannot be shorter than that.
 
 Usage: ``python ops/gpu/limits.py OUT.json FOLDER...``
 """
@@ -71,15 +71,15 @@ def model_limits(folder: Path, ceilings: dict[str, float]) -> dict[str, Any]:
         "ttft_seconds_limit": {},
     }
     for n in CONTEXTS:
-        # Prefill computes the head for the last token only where the server does so; both
-        # servers here compute it per chunk: counted once per token to stay a lower bound.
+        # The vocabulary projection is counted for no prompt token (the first token needs it
+        # once): a lower bound, though both servers here compute it for every chunk.
         flops = 2 * (params - vocab * hidden) * n + 2 * layers * n * n * heads * head_dim
         limits["ttft_seconds_limit"][str(n)] = flops / ceilings["matmul_flops"]
     return limits
 
 
 def main(argv: list[str]) -> int:
-    out, *folders = argv
+    out, *folders = argv  # without folders: the ceilings alone
     ceilings = measure()
     result: dict[str, Any] = {
         "ceilings": ceilings,
