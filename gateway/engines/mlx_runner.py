@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 # bounds how long a user waits behind a background prefill (~1 s on a Linux CPU; on an
 # H200, 2,048 tokens of an 8B model take ~75 ms, and smaller chunks waste its width).
 PREFILL_CHUNK_TOKENS = {"metal": 512, "cuda": 2048, "cpu": 64}
+QUANTIZED_CPU_CHUNK = 256
 
 
 class MLXGeneration:
@@ -138,6 +139,10 @@ class MLXRunner:
         # (Byte-level vocabularies spell a byte as one character: an upper bound on the text.)
         self.max_token_chars = max(len(t) for t in self.tokenizer.get_vocab())
         self.prefill_chunk_tokens = PREFILL_CHUNK_TOKENS.get(compute.device, 512)
+        if self.weights == "quantized":
+            # Each chunk dequantizes every layer once (gateway.engines.weights): longer
+            # chunks spread that cost over more tokens.
+            self.prefill_chunk_tokens = max(self.prefill_chunk_tokens, QUANTIZED_CPU_CHUNK)
         self.template_knows_tools = template_knows_tools(
             getattr(self.tokenizer, "chat_template", None)
         )
