@@ -43,12 +43,14 @@ from gateway.peers.nodes import Peers
 from gateway.peers.signing import RequestVerifier
 from gateway.routes.chat import ChatController
 from gateway.routes.completions import CompletionsController
+from gateway.routes.embeddings import EmbeddingsController
 from gateway.routes.errors import EXCEPTION_HANDLERS
 from gateway.routes.messages import MessagesController
 from gateway.routes.models import ModelsController
 from gateway.routes.openapi import describe_truthfully
 from gateway.routes.ops import OpsController
 from gateway.routes.peer import PeerController
+from gateway.routes.responses import ResponsesController
 from gateway.routes.tasks import TasksController
 from gateway.routes.typing import TypingController
 from gateway.scheduler.jobs import Priority
@@ -57,7 +59,10 @@ from gateway.serving.anthropic import AnthropicMessages
 from gateway.serving.chat import ChatService
 from gateway.serving.completions import CompletionsService
 from gateway.serving.dispatch import Dispatcher
+from gateway.serving.embeddings import EmbeddingsService
 from gateway.serving.openai_chat import OpenAIChat
+from gateway.serving.response_store import ResponseStore
+from gateway.serving.responses import ResponsesService
 from gateway.serving.speculation import Speculator
 from gateway.serving.tasks import TaskPrompts, TaskService
 from gateway.serving.tiers import Tier, TierRegistry
@@ -91,11 +96,13 @@ class Services:
     openai_chat: OpenAIChat
     completions: CompletionsService
     anthropic: AnthropicMessages
+    responses: ResponsesService
     typing: TypingService
     tasks: TaskService
     lifecycle: Lifecycle
     peers: Peers | None = None
     peer_inbox: PeerInbox | None = None
+    embeddings: EmbeddingsService | None = None
 
 
 def mlx_runner_factory(settings: Settings) -> RunnerFactory:
@@ -189,6 +196,13 @@ class _Wiring:
         )
 
 
+def response_store(settings: Settings) -> ResponseStore:
+    r = settings.responses
+    return ResponseStore(
+        r.path or settings.cache_dir / "responses.sqlite3", r.max_stored, r.max_age_days * 86400
+    )
+
+
 def prefix_disk_folder(settings: Settings) -> Path:
     return settings.cache.persist_folder or settings.cache_dir / "prefix-cache"
 
@@ -278,7 +292,9 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
         )
         await local_models.start()
         backends: list[Backend] = []
+        stored_responses = response_store(settings)
         try:
+            await stored_responses.open()
             weights: dict[str, WeightsChoice] = {}
             if runner_factory is None:
                 plan = _weights_planner(settings, compute)
@@ -335,6 +351,8 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
                 registry, metrics, typing, settings.max_completion_tokens, dispatcher
             )
             tasks = TaskService(task_prompts, chat)
+            responses = ResponsesService(chat, stored_responses)
+            typing.stored_conversation = responses.stored_conversation
             peer_inbox = None
             if peer_settings.secret:
                 peer_inbox = PeerInbox(
@@ -356,11 +374,13 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
                 openai_chat=OpenAIChat(chat),
                 completions=CompletionsService(chat),
                 anthropic=AnthropicMessages(chat),
+                responses=responses,
                 typing=typing,
                 tasks=tasks,
                 lifecycle=lifecycle,
                 peers=peers,
                 peer_inbox=peer_inbox,
+                embeddings=EmbeddingsService(registry, metrics),
             )
             log.info("gateway ready: models %s", ", ".join(registry.names()))
             yield
@@ -378,6 +398,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             await local_models.stop()
             local_models.unload_all()
             await scheduler.stop()
+            await stored_responses.close()
 
     def provide(attribute: str) -> Provide:
         def get(state: State) -> Any:
@@ -391,7 +412,9 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             create_static_files_router(path="/playground", directories=[PLAYGROUND]),
             ChatController,
             CompletionsController,
+            EmbeddingsController,
             MessagesController,
+            ResponsesController,
             ModelsController,
             OpsController,
             TasksController,
@@ -406,7 +429,9 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
                 "chat",
                 "openai_chat",
                 "completions",
+                "embeddings",
                 "anthropic",
+                "responses",
                 "typing",
                 "registry",
                 "scheduler",

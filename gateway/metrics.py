@@ -138,6 +138,20 @@ class GatewayMetrics:
             ["tier", "kind", "direction"],
             registry=r,
         )
+        # Embeddings (vllm:request_success_total and vllm:prompt_tokens_total of a pooling
+        # model): requests and the tokens of their inputs.
+        self.embedding_requests = Counter(
+            "gateway_embedding_requests",
+            "Embedding requests by tier and outcome (ok, error, cancelled).",
+            ["tier", "outcome"],
+            registry=r,
+        )
+        self.embedding_input_tokens = Counter(
+            "gateway_embedding_input_tokens",
+            "Tokens of the inputs embedded, by tier.",
+            ["tier"],
+            registry=r,
+        )
         # Ollama's load/unload cycle, as metrics.
         self.model_loads = Counter(
             "gateway_model_loads", "Local models loaded into memory.", ["tier"], registry=r

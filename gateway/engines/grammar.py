@@ -38,11 +38,18 @@ def grammar_text(grammar: Grammar) -> str:
 # can write "1111..." until max_tokens, which the grammar would allow).
 SAFE_INTEGER = 2**53 - 1
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+# A number the schema leaves unbounded gets at most 15 integer digits and 6 decimals (no
+# exponent): llguidance has no option to bound a number's digits, but it compiles bounds and
+# ``multipleOf`` into a finite pattern. Unbounded, a small model wrote a float's digits until
+# max_tokens ("7.717955887891743441627...").
+NUMBER_LIMIT = 10**15
+NUMBER_STEP = 1e-6
 
 
 def strict_objects(schema: Any) -> Any:
     """``additionalProperties: false`` on every object that does not say otherwise, and
-    JSON-safe bounds on integers that have none.
+    bounded digits for numbers: JSON-safe bounds on integers that have none, default bounds
+    and decimals (``bounded_number``) on other numbers.
 
     Small models keep inventing keys until ``max_tokens`` without the first (OpenAI's strict
     mode sets it too), and digits without the second.
@@ -53,10 +60,29 @@ def strict_objects(schema: Any) -> Any:
             out.setdefault("additionalProperties", False)
         if out.get("type") == "integer" and not any(b in out for b in _BOUNDS):
             out.update(minimum=-SAFE_INTEGER, maximum=SAFE_INTEGER)
+        kinds = out.get("type")
+        if kinds == "number" or (isinstance(kinds, list) and "number" in kinds):
+            out = bounded_number(out)
         return out
     if isinstance(schema, list):
         return [strict_objects(item) for item in schema]
     return schema
+
+
+def bounded_number(schema: dict[str, Any]) -> dict[str, Any]:
+    """A ``number`` schema with its digits bounded: ``NUMBER_LIMIT`` as the bound it lacks on
+    each side (where that leaves the range non-empty) and ``NUMBER_STEP`` as its
+    ``multipleOf`` unless it has one (the schema's own is honoured)."""
+    out = dict(schema)
+    low = out.get("minimum", out.get("exclusiveMinimum"))
+    high = out.get("maximum", out.get("exclusiveMaximum"))
+    numeric = (int, float)
+    if high is None and (not isinstance(low, numeric) or low < NUMBER_LIMIT):
+        out["maximum"] = NUMBER_LIMIT
+    if low is None and (not isinstance(high, numeric) or high > -NUMBER_LIMIT):
+        out["minimum"] = -NUMBER_LIMIT
+    out.setdefault("multipleOf", NUMBER_STEP)
+    return out
 
 
 # Compact JSON with readable separators: with free whitespace a small model can pad an object

@@ -27,6 +27,7 @@ from gateway.engines.backend import (
     TextPrompt,
     ToolSpec,
 )
+from gateway.engines.embedding import EmbeddingInput, Embeddings
 from gateway.engines.prefix_disk import DiskPrefixes
 from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.residency import LocalModels, Resident
@@ -282,6 +283,35 @@ class LocalBackend:
         job.cancel()
         return True
 
+    # -- embeddings --------------------------------------------------------------------------
+
+    async def embed(
+        self, inputs: Sequence[EmbeddingInput], priority: Priority = Priority.TASK
+    ) -> Embeddings:
+        """All inputs as one job in the slot (``gateway.engines.embedding``), computed one by
+        one: a step per input, where a user job may pause it or a client cancel it."""
+        runner = await self.models.acquire(self.resident, priority)
+        try:
+            self._context_length, self._vocab_size = runner.context_length, runner.vocab_size
+            token_lists = await asyncio.to_thread(_embedding_tokens, runner, inputs)
+
+            def work() -> Iterator[list[float]]:
+                for tokens in token_lists:
+                    yield runner.embed(tokens)
+
+            job = Job(priority=priority, work=work, kind="embed")
+            self.scheduler.submit(job)
+            vectors: list[tuple[float, ...]] = []
+            try:
+                async for vector in job.events():
+                    vectors.append(tuple(vector))
+            finally:
+                if not job.finished:
+                    job.cancel()
+            return Embeddings(tuple(vectors), sum(len(t) for t in token_lists))
+        finally:
+            self.models.release(self.resident)
+
     # -- typing hints ------------------------------------------------------------------------
 
     async def warm(self, hint_id: str, tokens: Sequence[int]) -> LocalWarmup:
@@ -342,6 +372,44 @@ class LocalBackend:
     async def close(self) -> None:
         for job in list(self._jobs.values()):
             job.cancel()
+
+
+def _embedding_tokens(runner: ModelRunner, inputs: Sequence[EmbeddingInput]) -> list[list[int]]:
+    """Each input's tokens (a text with the tokenizer's own special tokens, as a raw prompt;
+    ids as they are), checked against the vocabulary and the context; a refusal names the
+    input (``input[3]``)."""
+    out = []
+    for index, item in enumerate(inputs):
+        param = f"input[{index}]"
+        if isinstance(item, str):
+            limit = runner.context_length * runner.max_token_chars
+            if len(item) > limit:  # cannot fit whatever its tokens: refused untokenized
+                raise ContextLengthExceededError(
+                    f"input[{index}] has {len(item)} characters, more than the model's "
+                    f"context of {runner.context_length} tokens can hold",
+                    param=param,
+                )
+            # An empty text is refused as OpenAI does (its only tokens would be specials).
+            tokens = runner.render_text(item) if item else []
+        else:
+            tokens = list(item)
+            bad = next((t for t in tokens if not 0 <= t < runner.vocab_size), None)
+            if bad is not None:
+                raise InvalidRequestError(
+                    f"input[{index}] has token id {bad}, outside the vocabulary "
+                    f"(0-{runner.vocab_size - 1})",
+                    param=param,
+                )
+        if not tokens:
+            raise InvalidRequestError(f"input[{index}] is empty", param=param)
+        if len(tokens) > runner.context_length:
+            raise ContextLengthExceededError(
+                f"input[{index}] has {len(tokens)} tokens; this model's maximum context "
+                f"length is {runner.context_length} tokens",
+                param=param,
+            )
+        out.append(tokens)
+    return out
 
 
 def _characters(messages: Sequence[ChatMessage]) -> int:

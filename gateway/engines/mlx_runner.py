@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.engines.backend import (
     BackendEvent,
@@ -40,6 +40,9 @@ from gateway.engines.tool_format import (
     template_tools,
 )
 from gateway.engines.weights import WeightsMode, default_mode, load_model
+
+if TYPE_CHECKING:
+    from gateway.engines.experts.plan import StreamedExperts
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +119,7 @@ class MLXRunner:
         compute: ComputePath,
         default_stop: tuple[str, ...] = (),
         weights: WeightsMode | None = None,
+        experts: StreamedExperts | None = None,
     ) -> None:
         import mlx.core as mx
 
@@ -127,7 +131,8 @@ class MLXRunner:
         # KV caches computed under one form are not those of another: saved prefixes say which.
         self.fingerprint = weights_fingerprint(folder, self.weights)
         self._llg_tokenizer: Any = None  # built on the first constrained request
-        self.model, self.tokenizer, config = load_model(folder, self.weights)
+        # With ``experts``, the MoE layers read their experts from disk (engines.experts).
+        self.model, self.tokenizer, config = load_model(folder, self.weights, experts)
         if compute.device == "metal":
             from mlx_lm.utils import maybe_set_recommended_wired_limit
 
@@ -255,6 +260,24 @@ class MLXRunner:
             mx.eval([c.state for c in cache])
             done += len(chunk)
             yield done
+
+    # -- embeddings --------------------------------------------------------------------------
+
+    def embed(self, tokens: Sequence[int]) -> list[float]:
+        """Mean-pooled, L2-normalized last hidden state: mlx-lm's ``model.model`` is the
+        decoder stack with its final norm, before the output head. One input per pass, with
+        no cache and no padding, so the vector is the same whatever batch it came in."""
+        import mlx.core as mx
+
+        decoder = getattr(self.model, "model", None)
+        if decoder is None:
+            raise TypeError(f"{self.model_id}: no decoder stack (model.model) to embed with")
+        hidden = decoder(mx.array(list(tokens))[None])[0].astype(mx.float32)
+        pooled = mx.mean(hidden, axis=0)
+        vector = pooled / mx.maximum(mx.linalg.norm(pooled), 1e-12)
+        mx.eval(vector)
+        values: list[float] = vector.tolist()  # type: ignore[assignment]
+        return values
 
     # -- generation --------------------------------------------------------------------------
 

@@ -116,6 +116,11 @@ class ModelRunner(Protocol):
         """
         ...
 
+    def embed(self, tokens: Sequence[int]) -> list[float]:
+        """The unit-length mean of the last hidden state (after the final norm) over
+        ``tokens``, computed alone (``gateway.engines.embedding``)."""
+        ...
+
     def close(self) -> None:
         """Drop the weights (unloading); the runner is not used afterwards."""
         ...

@@ -73,5 +73,11 @@ class FakeRunner:
     ) -> FakeGeneration:
         return FakeGeneration(prompt, params)
 
+    def embed(self, tokens: Sequence[int]) -> list[float]:
+        # A unit vector that depends on the tokens only: [sum, count] normalized.
+        total, count = float(sum(tokens)), float(len(tokens))
+        norm = (total * total + count * count) ** 0.5
+        return [total / norm, count / norm]
+
     def close(self) -> None:
         pass
