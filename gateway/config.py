@@ -116,6 +116,20 @@ class CacheSettings(_Section):
     )
 
 
+class ResponsesSettings(_Section):
+    """Stored responses of the Responses API (``store: true``), in SQLite."""
+
+    path: Path | None = Field(
+        None, description="The database file (default: <cache_dir>/responses.sqlite3)."
+    )
+    max_stored: int = Field(
+        10_000, ge=1, description="Responses kept; the oldest beyond this are pruned."
+    )
+    max_age_days: float = Field(
+        30.0, gt=0, description="Responses older than this are pruned (and not found)."
+    )
+
+
 class TierSettings(_Section):
     """One tier: a local model (``kind = "mlx"``) or an OpenAI-compatible upstream."""
 
@@ -231,6 +245,7 @@ class Settings(_Section):
     scheduler: SchedulerSettings = SchedulerSettings()
     cache: CacheSettings = CacheSettings()
     peers: PeerSettings = PeerSettings()
+    responses: ResponsesSettings = ResponsesSettings()
 
     @model_validator(mode="after")
     def _check(self) -> Settings:

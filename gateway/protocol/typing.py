@@ -24,7 +24,8 @@ class TypingHintRequest(BaseModel):
     """The conversation so far, posted when the user starts typing the next message.
 
     Either ``messages`` (a chat) or ``task`` (a task type: its static part is warmed, and the
-    whole prompt when every required argument is known).
+    whole prompt when every required argument is known), or ``previous_response_id`` (a
+    stored Responses conversation, with ``instructions`` and any ``messages`` after it).
     """
 
     model_config = ConfigDict(
@@ -35,6 +36,10 @@ class TypingHintRequest(BaseModel):
             "oneOf": [
                 {"required": ["messages"], "properties": {"messages": {"type": "array"}}},
                 {"required": ["task"], "properties": {"task": {"type": "object"}}},
+                {
+                    "required": ["previous_response_id"],
+                    "properties": {"previous_response_id": {"type": "string"}},
+                },
             ]
         },
     )
@@ -56,6 +61,17 @@ class TypingHintRequest(BaseModel):
         description="A newer hint of the same session supersedes the older one.",
     )
     draft: str | None = Field(None, description="The text typed so far (progressive hints).")
+    previous_response_id: str | None = Field(
+        None,
+        min_length=1,
+        description="A stored response (/v1/responses) whose conversation the next request "
+        "continues: it is warmed first, then any messages, then the draft.",
+    )
+    instructions: str | None = Field(
+        None,
+        description="With previous_response_id: the next request's instructions (its system "
+        "message, which comes first).",
+    )
     # The sampling the chat request will use: with a draft, the answer's first tokens are
     # computed ahead with it, so a request with the same sampling gets exactly them.
     temperature: float | None = Field(
@@ -70,8 +86,11 @@ class TypingHintRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_of(self) -> TypingHintRequest:
-        if (self.messages is None) == (self.task is None):
-            raise ValueError("give either messages or task")
+        chat = self.messages is not None or self.previous_response_id is not None
+        if chat == (self.task is not None):
+            raise ValueError("give either messages (or previous_response_id) or task")
+        if self.instructions is not None and self.previous_response_id is None:
+            raise ValueError("instructions go with previous_response_id")
         return self
 
 

@@ -2,8 +2,8 @@
 
 OpenAI's streams end with ``data: [DONE]`` after the last model, or, when something fails
 after the 200 was sent, an error envelope as the last event. Anthropic's streams (and the
-peers' ticket streams) name each event after its ``type`` and have no ``[DONE]``; a failure
-is an ``error`` event.
+peers' ticket streams, and OpenAI's Responses streams) name each event after its ``type``
+and have no ``[DONE]``; a failure is an ``error`` event.
 
 Events that are ready together (the model ran ahead of the writer) go out in one write: each
 framed by sse-starlette's own ``ServerSentEvent``, their bytes joined (``ready_batches``).
@@ -23,6 +23,7 @@ from starlette.types import Message, Send
 
 from gateway.errors import GatewayError, ShuttingDownError
 from gateway.protocol.peer import TicketError
+from gateway.protocol.responses_events import ResponseErrorEvent
 from gateway.routes.batching import ready_batches
 from gateway.routes.errors import anthropic_error_body, gateway_error_body
 
@@ -47,14 +48,16 @@ class ServerSentEvents(Response[Any]):
     def __init__(
         self,
         models: AsyncGenerator[BaseModel, None],
-        dialect: Literal["openai", "anthropic", "peer"] = "openai",
+        dialect: Literal["openai", "anthropic", "peer", "responses"] = "openai",
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(content=None, media_type="text/event-stream")
         if dialect == "openai":
             events = _events(models)
         else:
-            body = _anthropic_error if dialect == "anthropic" else _peer_error
+            body = {"anthropic": _anthropic_error, "responses": _responses_error}.get(
+                dialect, _peer_error
+            )
             events = _named_events(models, body)
         self.stream = _EventStream(
             events, ping=SSE_PING_SECONDS, headers=headers, sep=SSE_SEPARATOR
@@ -83,6 +86,13 @@ async def _events(models: AsyncGenerator[BaseModel, None]) -> AsyncIterator[byte
 
 def _anthropic_error(exc: GatewayError) -> BaseModel:
     return anthropic_error_body(exc.status_code, exc.message)
+
+
+def _responses_error(exc: GatewayError) -> BaseModel:
+    # (The Responses stream reports its own failures, numbered; this is the last resort.)
+    return ResponseErrorEvent(
+        sequence_number=0, code=exc.code, message=exc.message, param=exc.param
+    )
 
 
 def _peer_error(exc: GatewayError) -> BaseModel:

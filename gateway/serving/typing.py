@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -135,11 +135,25 @@ class TypingService:
         self.hints: dict[str, Hint] = {}
         self.by_session: dict[str, Hint] = {}
         self._followers: set[asyncio.Task[None]] = set()
+        # A stored Responses conversation as messages, by response id and instructions
+        # (wired by the app: hints may name a previous_response_id).
+        self.stored_conversation: (
+            Callable[[str, str | None], Awaitable[tuple[ChatMessage, ...]]] | None
+        ) = None
 
     # -- the hint API ----------------------------------------------------------------------------
 
     async def post(self, request: TypingHintRequest) -> Hint:
         messages, tier = self._conversation(request)
+        if request.previous_response_id is not None:
+            if self.stored_conversation is None:
+                raise InvalidRequestError(
+                    "this gateway stores no responses", param="previous_response_id"
+                )
+            stored = await self.stored_conversation(
+                request.previous_response_id, request.instructions
+            )
+            messages = (*stored, *messages)
         if not tier.backend.capabilities.typing_hints:
             raise InvalidRequestError(
                 f"tier {tier.name!r} ({tier.backend.kind} backend) cannot pre-compute typing "
@@ -168,7 +182,7 @@ class TypingService:
             backend=backend,
             tools=tools,
         )
-        if request.messages is not None and request.draft and request.draft.strip():
+        if request.task is None and request.draft and request.draft.strip():
             hint.sampling = SamplingParams(
                 temperature=request.temperature or 0.0,
                 top_p=1.0 if request.top_p is None else request.top_p,
@@ -196,8 +210,8 @@ class TypingService:
     def _conversation(self, request: TypingHintRequest) -> tuple[tuple[ChatMessage, ...], Tier]:
         """The messages a hint warms and the tier that will run them."""
         if request.task is None:
-            assert request.messages is not None
-            return template_messages(request.messages), self.registry.resolve(request.model)
+            messages = template_messages(request.messages or [])
+            return messages, self.registry.resolve(request.model)
         prompts = self.task_prompts
         if prompts is None:
             raise InvalidRequestError("this gateway has no task types", param="task")

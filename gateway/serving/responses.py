@@ -1,0 +1,339 @@
+"""OpenAI's Responses API on top of the chat service: the same scheduler, priorities, typing
+hints, prefix cache and metrics as chat completions, in the Responses API's shapes.
+
+A request's items become the chat service's conversation (``responses_items``); with
+``previous_response_id`` the stored conversation comes first (each earlier response's input
+and output items), so the prompt starts with the tokens of the previous turn and its KV
+cache is found in the prefix store by tokens, as for a multi-turn chat. The reply's pieces
+become output items and typed stream events (``responses_output``). With ``store`` (the
+default, as OpenAI's) the response is written to the ``ResponseStore`` before its last event
+is sent, so a client may continue the conversation the moment it has the response.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from gateway.engines.backend import ChatMessage
+from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
+from gateway.protocol.openai import shorten
+from gateway.protocol.responses import (
+    DeletedResponse,
+    InputItem,
+    InputItemList,
+    ResponseRequest,
+    new_id,
+)
+from gateway.protocol.responses_events import (
+    IncompleteDetails,
+    InputTokensDetails,
+    OutputTokensDetails,
+    ReasoningEcho,
+    Response,
+    ResponseCompletedEvent,
+    ResponseCreatedEvent,
+    ResponseError,
+    ResponseErrorEvent,
+    ResponseFailedEvent,
+    ResponseIncompleteEvent,
+    ResponseInProgressEvent,
+    ResponseUsage,
+)
+from gateway.scheduler.jobs import Priority
+from gateway.serving.chat import (
+    DEFAULT_TEMPERATURE,
+    ChatRun,
+    ChatService,
+    PreparedChat,
+    SamplingRequest,
+)
+from gateway.serving.openai_chat import thinking_switch
+from gateway.serving.response_store import BrokenChainError, ResponseStore, StoredResponse
+from gateway.serving.responses_items import (
+    conversation,
+    parse_items,
+    request_items,
+    stored_input,
+    text_grammar,
+    tool_use,
+)
+from gateway.serving.responses_output import OutputBuilder
+
+log = logging.getLogger(__name__)
+MAX_LISTED_ITEMS = 100
+
+
+class ResponsesService:
+    """``/v1/responses``: create, retrieve, delete, list input items."""
+
+    def __init__(self, service: ChatService, store: ResponseStore) -> None:
+        self.service = service
+        self.store = store
+
+    # -- creating --------------------------------------------------------------------------------
+
+    async def prepare(
+        self, request: ResponseRequest, priority_header: str | None = None
+    ) -> ResponseRun:
+        arrived = time.perf_counter()
+        tier = self.service.registry.resolve(request.model)
+        priority = Priority.parse(priority_header or request.priority, Priority.USER)
+        items = request_items(request)
+        history = await self.history(request.previous_response_id)
+        messages = conversation(request.instructions, history, items)
+        effort = request.reasoning.effort if request.reasoning else None
+        sampling = SamplingRequest(
+            max_tokens=request.max_output_tokens,
+            max_tokens_param="max_output_tokens",
+            temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
+            top_p=1.0 if request.top_p is None else request.top_p,
+            grammar=text_grammar(request),
+            grammar_param="text.format",
+            thinking=thinking_switch(effort),
+        )
+        prepared = await self.service.prepare_messages(
+            tier,
+            messages,
+            sampling,
+            priority,
+            model_name=request.model,
+            session=request.session,
+            arrived=arrived,
+            tool_use=tool_use(request),
+        )
+        prepared.id = new_id("resp")
+        return ResponseRun(request, items, prepared)
+
+    async def history(self, previous_response_id: str | None) -> list[InputItem]:
+        """The stored conversation a request continues: each response's input and output."""
+        if previous_response_id is None:
+            return []
+        try:
+            chain = await self.store.conversation(previous_response_id)
+        except BrokenChainError as exc:
+            raise NotFoundError(
+                f"Previous response with id '{shorten(previous_response_id)}' continues "
+                f"'{shorten(exc.missing)}', which is no longer stored.",
+                param="previous_response_id",
+            ) from None
+        if not chain:
+            raise NotFoundError(
+                f"Previous response with id '{shorten(previous_response_id)}' not found.",
+                param="previous_response_id",
+            )
+        items: list[InputItem] = []
+        for stored in chain:
+            items.extend(parse_items(stored.input_items))
+            items.extend(parse_items(stored.response.get("output", [])))
+        return items
+
+    async def stored_conversation(
+        self, previous_response_id: str, instructions: str | None
+    ) -> tuple[ChatMessage, ...]:
+        """A stored conversation as template messages (for typing hints)."""
+        history = await self.history(previous_response_id)
+        return conversation(instructions, history, [])
+
+    async def start(self, run: ResponseRun) -> ResponseRun:
+        run.chat = await self.service.start(run.prepared)
+        return run
+
+    async def complete(self, run: ResponseRun) -> Response:
+        builder = OutputBuilder()
+        async with aclosing(self.service.replies(run.started)) as steps:
+            async for step in steps:
+                for piece in step.pieces:
+                    builder.feed(piece)
+        builder.finish(run.complete_calls(), run.incomplete)
+        response = run.response(builder, run.final_status())
+        await self._keep(run, response)
+        return response
+
+    async def stream(self, run: ResponseRun) -> AsyncGenerator[BaseModel, None]:
+        builder = OutputBuilder()
+        yield ResponseCreatedEvent(
+            sequence_number=builder.number(), response=run.response(None, "in_progress")
+        )
+        yield ResponseInProgressEvent(
+            sequence_number=builder.number(), response=run.response(None, "in_progress")
+        )
+        try:
+            async with aclosing(self.service.replies(run.started)) as steps:
+                async for step in steps:
+                    for piece in step.pieces:
+                        for event in builder.feed(piece):
+                            yield event
+        except GatewayError as exc:  # after the 200 was sent: report inside the stream
+            for event in builder.close("incomplete"):
+                yield event
+            yield ResponseErrorEvent(
+                sequence_number=builder.number(),
+                code=exc.code,
+                message=exc.message,
+                param=exc.param,
+            )
+            failed = run.response(builder, "failed")
+            failed.error = ResponseError(code=exc.code or "server_error", message=exc.message)
+            yield ResponseFailedEvent(sequence_number=builder.number(), response=failed)
+            return
+        for event in builder.finish(run.complete_calls(), run.incomplete):
+            yield event
+        status = run.final_status()
+        response = run.response(builder, status)
+        await self._keep(run, response)
+        final = ResponseIncompleteEvent if status == "incomplete" else ResponseCompletedEvent
+        yield final(sequence_number=builder.number(), response=response)
+
+    async def _keep(self, run: ResponseRun, response: Response) -> None:
+        if not run.request.store:
+            return
+        stored = StoredResponse(
+            id=response.id,
+            created_at=time.time(),
+            previous_id=run.request.previous_response_id,
+            response=response.model_dump(mode="json"),
+            input_items=stored_input(run.items),
+        )
+        try:
+            await self.store.put(stored)
+        except Exception:  # a full disk must not lose the answer itself
+            log.exception("response %s: not stored", response.id)
+
+    # -- stored responses ------------------------------------------------------------------------
+
+    async def retrieve(self, response_id: str) -> dict[str, Any]:
+        return (await self._stored(response_id)).response
+
+    async def delete(self, response_id: str) -> DeletedResponse:
+        if not await self.store.delete(response_id):
+            raise _not_found(response_id)
+        return DeletedResponse(id=response_id)
+
+    async def input_items(
+        self,
+        response_id: str,
+        order: Literal["asc", "desc"] = "desc",
+        after: str | None = None,
+        limit: int = 20,
+    ) -> InputItemList:
+        """OpenAI's list of a response's own input items (newest first by default)."""
+        if not 1 <= limit <= MAX_LISTED_ITEMS:
+            raise InvalidRequestError(
+                f"limit must be between 1 and {MAX_LISTED_ITEMS}", param="limit"
+            )
+        items = list((await self._stored(response_id)).input_items)
+        if order == "desc":
+            items.reverse()
+        if after is not None:
+            ids = [item.get("id") for item in items]
+            if after not in ids:
+                raise InvalidRequestError(
+                    f"no input item '{shorten(after)}' in this response", param="after"
+                )
+            items = items[ids.index(after) + 1 :]
+        page = items[:limit]
+        return InputItemList(
+            data=page,
+            first_id=page[0]["id"] if page else None,
+            last_id=page[-1]["id"] if page else None,
+            has_more=len(items) > limit,
+        )
+
+    async def _stored(self, response_id: str) -> StoredResponse:
+        stored = await self.store.get(response_id)
+        if stored is None:
+            raise _not_found(response_id)
+        return stored
+
+
+def _not_found(response_id: str) -> NotFoundError:
+    return NotFoundError(f"Response with id '{shorten(response_id)}' not found.", param="id")
+
+
+class ResponseRun:
+    """One response: the request, its items, and (once started) the chat run under it."""
+
+    def __init__(
+        self, request: ResponseRequest, items: list[InputItem], prepared: PreparedChat
+    ) -> None:
+        self.request = request
+        self.items = items
+        self.prepared = prepared
+        self.id = prepared.id
+        self.created = prepared.created
+        self.chat: ChatRun | None = None
+
+    @property
+    def started(self) -> ChatRun:
+        assert self.chat is not None, "start the response first"
+        return self.chat
+
+    @property
+    def incomplete(self) -> bool:
+        return self.chat is not None and self.chat.finish_reason == "length"
+
+    def final_status(self) -> Literal["completed", "incomplete"]:
+        return "incomplete" if self.incomplete else "completed"
+
+    def complete_calls(self) -> set[str]:
+        parser = self.chat.parser if self.chat is not None else None
+        return {call.id for call in parser.calls if call.complete} if parser else set()
+
+    def response(
+        self,
+        builder: OutputBuilder | None,
+        status: Literal["in_progress", "completed", "incomplete", "failed"],
+    ) -> Response:
+        request = self.request
+        fmt = request.text.format if request.text and request.text.format else None
+        usage = None
+        if self.chat is not None and status != "in_progress":
+            run = self.chat
+            usage = ResponseUsage(
+                input_tokens=run.prompt_tokens,
+                input_tokens_details=InputTokensDetails(cached_tokens=run.cached_tokens),
+                output_tokens=run.completion_tokens,
+                output_tokens_details=OutputTokensDetails(reasoning_tokens=run.reasoning_tokens),
+                total_tokens=run.prompt_tokens + run.completion_tokens,
+            )
+        choice = request.tool_choice
+        return Response(
+            id=self.id,
+            created_at=self.created,
+            status=status,
+            completed_at=int(time.time()) if status == "completed" else None,
+            incomplete_details=IncompleteDetails(reason="max_output_tokens")
+            if status == "incomplete"
+            else None,
+            instructions=request.instructions,
+            max_output_tokens=request.max_output_tokens,
+            model=request.model,
+            output=builder.output() if builder is not None else [],
+            parallel_tool_calls=request.parallel_tool_calls is True,
+            previous_response_id=request.previous_response_id,
+            reasoning=ReasoningEcho(
+                effort=request.reasoning.effort if request.reasoning else None,
+                summary=request.reasoning.summary if request.reasoning else None,
+            ),
+            store=request.store,
+            temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
+            text={
+                "format": fmt.model_dump(mode="json", by_alias=True, exclude_none=True)
+                if fmt
+                else {"type": "text"}
+            },
+            tool_choice=choice.model_dump(mode="json")
+            if isinstance(choice, BaseModel)
+            else choice or "auto",
+            tools=[t.model_dump(mode="json", exclude_none=True) for t in request.tools or ()],
+            top_p=1.0 if request.top_p is None else request.top_p,
+            usage=usage,
+            user=request.user,
+            metadata=request.metadata or {},
+        )

@@ -1,0 +1,190 @@
+"""Responses items to the chat service's conversation, and a reply back to items.
+
+The Responses API speaks in items where chat completions speak in messages: a ``message``
+(user, system, developer, or an earlier assistant reply with ``output_text``), a
+``function_call`` (an earlier reply's call), a ``function_call_output`` (its result), and
+``reasoning`` (sent back by agents; left out, as chat templates drop earlier reasoning).
+Consecutive assistant text and calls become one assistant message with ``tool_calls``, as a
+chat completion would have returned them. ``instructions`` is the system message, first.
+Images, files and hosted tools are refused with a 400 naming the part. Pure functions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from gateway.engines.backend import ChatMessage, Grammar, ToolSpec
+from gateway.engines.grammar import for_grammar, strict_objects
+from gateway.engines.tool_format import ToolChoice
+from gateway.errors import InvalidRequestError
+from gateway.protocol.responses import (
+    ContentPart,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    FunctionTool,
+    FunctionToolChoice,
+    InputItem,
+    InputText,
+    MessageItem,
+    OtherItem,
+    OtherPart,
+    OutputText,
+    ReasoningItem,
+    Refusal,
+    ResponseRequest,
+    TextFormatJSONObject,
+    TextFormatJSONSchema,
+    new_id,
+)
+from gateway.serving.chat import ToolUse
+
+ITEMS = TypeAdapter(list[InputItem])
+TEXT_ONLY = "this model takes text only"
+
+
+def request_items(request: ResponseRequest) -> list[InputItem]:
+    """The request's input as items (a string is one user message)."""
+    if isinstance(request.input, str):
+        return [MessageItem(role="user", content=request.input)]
+    return list(request.input)
+
+
+def conversation(
+    instructions: str | None,
+    history: Sequence[InputItem],
+    items: Sequence[InputItem],
+) -> tuple[ChatMessage, ...]:
+    """Template messages: the instructions, the stored ``history`` (earlier inputs and
+    outputs of the conversation), then the request's own ``items`` (named in errors)."""
+    out: list[ChatMessage] = []
+    if instructions:
+        out.append({"role": "system", "content": instructions})
+    for item in history:
+        _append(out, item, None)
+    for index, item in enumerate(items):
+        _append(out, item, f"input[{index}]")
+    return tuple(out)
+
+
+def _append(out: list[ChatMessage], item: InputItem, param: str | None) -> None:
+    if isinstance(item, ReasoningItem):
+        return
+    if isinstance(item, MessageItem):
+        text = _text(item.content, param)
+        role = "system" if item.role == "developer" else item.role
+        if role == "assistant" and _open_assistant(out) and not out[-1].get("tool_calls"):
+            out[-1]["content"] += text  # an earlier reply's parts, sent back one by one
+            return
+        out.append({"role": role, "content": text})
+    elif isinstance(item, FunctionCallItem):
+        call = {
+            "id": item.call_id,
+            "type": "function",
+            "function": {"name": item.name, "arguments": _json_or_text(item.arguments)},
+        }
+        if _open_assistant(out):
+            out[-1].setdefault("tool_calls", []).append(call)
+        else:
+            out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+    elif isinstance(item, FunctionCallOutputItem):
+        output = item.output if isinstance(item.output, str) else _text(item.output, param)
+        out.append({"role": "tool", "tool_call_id": item.call_id, "content": output})
+    elif isinstance(item, OtherItem):
+        raise InvalidRequestError(
+            f"input items of type {item.type[:80]!r} are not supported; use message, "
+            "function_call, function_call_output or reasoning items",
+            param=f"{param}.type" if param else "previous_response_id",
+        )
+
+
+def _open_assistant(out: list[ChatMessage]) -> bool:
+    return bool(out) and out[-1]["role"] == "assistant"
+
+
+def _text(content: str | list[ContentPart], param: str | None) -> str:
+    if isinstance(content, str):
+        return content
+    texts: list[str] = []
+    for index, part in enumerate(content):
+        if isinstance(part, InputText | OutputText):
+            texts.append(part.text)
+        elif isinstance(part, Refusal):
+            texts.append(part.refusal)
+        elif isinstance(part, OtherPart):
+            raise InvalidRequestError(
+                f"content parts of type {part.type[:80]!r} are not supported: {TEXT_ONLY}",
+                param=f"{param}.content[{index}]" if param else None,
+            )
+    return "".join(texts)
+
+
+def _json_or_text(arguments: str) -> Any:
+    """Arguments as chat templates take them: decoded JSON (text if it is not JSON)."""
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
+
+
+def stored_input(items: Sequence[InputItem]) -> list[dict[str, Any]]:
+    """The request's items as stored and listed by ``input_items``: each with an id, a
+    message's content as parts (OpenAI lists them so)."""
+    out: list[dict[str, Any]] = []
+    for item in items:
+        data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if isinstance(item, MessageItem):
+            data["type"] = "message"
+            data.setdefault("status", "completed")
+            if isinstance(item.content, str):
+                kind = "output_text" if item.role == "assistant" else "input_text"
+                data["content"] = [{"type": kind, "text": item.content}]
+        prefix = {"message": "msg", "function_call": "fc", "reasoning": "rs"}.get(
+            data["type"], "fco"
+        )
+        data.setdefault("id", new_id(prefix))
+        out.append(data)
+    return out
+
+
+def parse_items(data: list[dict[str, Any]]) -> list[InputItem]:
+    """Stored items (inputs, or a reply's output items: they have the input items' shapes)."""
+    return ITEMS.validate_python(data)
+
+
+def tool_use(request: ResponseRequest) -> ToolUse | None:
+    """The request's functions and its tool choice; hosted tools are refused by name."""
+    if not request.tools:
+        return None
+    specs: list[ToolSpec] = []
+    for index, tool in enumerate(request.tools):
+        if not isinstance(tool, FunctionTool):
+            raise InvalidRequestError(
+                f"tools of type {tool.type[:80]!r} are not supported; only function tools",
+                param=f"tools[{index}].type",
+            )
+        specs.append(ToolSpec(tool.name, tool.description, tool.parameters or {}))
+    parallel = request.parallel_tool_calls is True
+    choice = request.tool_choice or "auto"
+    if isinstance(choice, FunctionToolChoice):
+        return ToolUse(tuple(specs), ToolChoice("function", choice.name, parallel=False))
+    if not isinstance(choice, str):
+        raise InvalidRequestError(
+            f"tool_choice of type {choice.type[:80]!r} is not supported; use none, auto, "
+            "required or a function",
+            param="tool_choice",
+        )
+    return ToolUse(tuple(specs), ToolChoice(choice, parallel=parallel), param="tools")
+
+
+def text_grammar(request: ResponseRequest) -> Grammar | None:
+    """``text.format`` as a grammar: json_schema (strict or not) or any JSON object."""
+    fmt = request.text.format if request.text else None
+    if isinstance(fmt, TextFormatJSONObject):
+        return Grammar("json_schema", json.dumps(for_grammar({"type": "object"})))
+    if isinstance(fmt, TextFormatJSONSchema):
+        return Grammar("json_schema", json.dumps(for_grammar(strict_objects(fmt.schema_))))
+    return None
