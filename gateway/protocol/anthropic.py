@@ -131,6 +131,27 @@ class ThinkingConfig(StrictModel):
         return self
 
 
+class JSONOutputFormat(StrictModel):
+    """A JSON Schema the reply's text must match (``messages.parse(output_format=...)``),
+    enforced by constrained decoding as OpenAI's ``response_format``."""
+
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+    @field_validator("schema_")
+    @classmethod
+    def _check_depth(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if json_depth(value, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+            raise ValueError(f"the JSON schema is nested deeper than {MAX_SCHEMA_DEPTH} levels")
+        return value
+
+
+class OutputConfig(StrictModel):
+    model_config = ConfigDict(strict=True, extra="ignore")  # e.g. effort
+
+    format: JSONOutputFormat | None = None
+
+
 class Metadata(StrictModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
@@ -154,6 +175,9 @@ class MessagesRequest(StrictModel):
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
+    output_config: OutputConfig | None = Field(
+        None, description="format: a JSON Schema the reply matches (constrained decoding)."
+    )
     stream: bool = False
     priority: Literal["user", "task", "background"] | None = Field(
         None, description="(gateway extension) Scheduling class."

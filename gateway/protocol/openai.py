@@ -67,6 +67,18 @@ class TextContentPart(StrictModel):
     text: str
 
 
+class MediaContentPart(StrictModel):
+    """An image, audio or file part: parsed only to be refused with a 400 that names it
+    (``messages[0].content[1]``), instead of a validation error per branch of the union."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    type: Literal["image_url", "input_audio", "file"]
+
+
+ContentPart = Annotated[TextContentPart | MediaContentPart, Field(discriminator="type")]
+
+
 class FunctionCall(StrictModel):
     name: str
     arguments: str = Field(description="The arguments as JSON text.")
@@ -80,7 +92,7 @@ class ToolCall(StrictModel):
 
 class ChatMessage(StrictModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextContentPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = Field(None, description="assistant messages only")
     tool_call_id: str | None = Field(None, description="tool messages: the call answered")
@@ -103,7 +115,15 @@ class ChatMessage(StrictModel):
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(p.text for p in self.content if isinstance(p, TextContentPart))
+
+    def media_part(self) -> int | None:
+        """The index of the first part that is not text (an image, audio, a file), if any."""
+        if not isinstance(self.content, list):
+            return None
+        return next(
+            (i for i, p in enumerate(self.content) if isinstance(p, MediaContentPart)), None
+        )
 
     def as_template_message(self) -> dict[str, Any]:
         # "developer" is OpenAI's newer name for the system role.
@@ -167,6 +187,8 @@ class NamedToolChoice(StrictModel):
 
 
 ToolChoiceParam = Literal["none", "auto", "required"] | NamedToolChoice
+# The legacy (pre-tools) function_call: none, auto or {"name": ...}.
+FunctionCallParam = Literal["none", "auto"] | NamedFunction
 
 
 class StreamOptions(StrictModel):
@@ -234,6 +256,14 @@ class ChatCompletionRequest(StrictModel):
         None, description="none | auto (the default with tools) | required | a named function"
     )
     parallel_tool_calls: bool | None = None
+    functions: Annotated[list[FunctionDefinition], Field(max_length=MAX_TOOLS)] | None = Field(
+        None,
+        description="Legacy (deprecated by OpenAI, still accepted): taken as tools, answered "
+        "with message.function_call and finish_reason function_call.",
+    )
+    function_call: FunctionCallParam | None = Field(
+        None, description="Legacy: none | auto | {name}, taken as tool_choice."
+    )
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     priority: Literal["user", "task", "background"] | None = Field(
@@ -277,6 +307,8 @@ class ChatCompletionRequest(StrictModel):
 
     @model_validator(mode="after")
     def _check_tools_and_logprobs(self) -> ChatCompletionRequest:
+        if self.functions is not None or self.function_call is not None:
+            self._take_legacy_functions()
         names = [tool.function.name for tool in self.tools or ()]
         if len(set(names)) != len(names):
             raise ValueError("tools: function names must be unique")
@@ -290,6 +322,27 @@ class ChatCompletionRequest(StrictModel):
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
         return self
+
+    def _take_legacy_functions(self) -> None:
+        """``functions`` / ``function_call`` as ``tools`` / ``tool_choice`` (one call at most,
+        as the legacy API answers); ``uses_legacy_functions`` then shapes the answer."""
+        if self.tools is not None or self.tool_choice is not None:
+            raise ValueError(
+                "use tools and tool_choice, or the legacy functions and function_call, not both"
+            )
+        if self.functions is None:
+            raise ValueError("function_call is only allowed when functions are specified")
+        self.tools = [ToolDefinition(type="function", function=f) for f in self.functions]
+        call = self.function_call
+        if isinstance(call, NamedFunction):
+            self.tool_choice = NamedToolChoice(type="function", function=call)
+        else:
+            self.tool_choice = call
+        self.parallel_tool_calls = False
+
+    @property
+    def uses_legacy_functions(self) -> bool:
+        return self.functions is not None
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -337,14 +390,16 @@ class ResponseToolCall(BaseModel):
 
 
 class _OmitsReasoning(BaseModel):
-    """``reasoning_content`` left out when there is none: replies of models that do not
-    think look exactly as before."""
+    """``reasoning_content`` (and the legacy ``function_call``) left out when there is none:
+    replies of models that do not think, to requests without legacy functions, look exactly
+    as before."""
 
     @model_serializer(mode="wrap")
     def _omit_reasoning(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        if data.get("reasoning_content") is None:
-            data.pop("reasoning_content", None)
+        for key in ("reasoning_content", "function_call"):
+            if data.get(key) is None:
+                data.pop(key, None)
         return data
 
 
@@ -353,6 +408,9 @@ class AssistantMessage(_OmitsReasoning):
     content: str | None
     refusal: str | None = None
     tool_calls: list[ResponseToolCall] | None = None
+    function_call: ResponseFunctionCall | None = Field(
+        None, description="Legacy: the call, when the request gave functions."
+    )
     reasoning_content: str | None = Field(
         None, description="(as vLLM, llama.cpp, DeepSeek) The reply's reasoning section."
     )
@@ -376,7 +434,7 @@ class ChoiceLogprobs(BaseModel):
     refusal: list[TokenLogprob] | None = None
 
 
-FinishReason = Literal["stop", "length", "tool_calls"]
+FinishReason = Literal["stop", "length", "tool_calls", "function_call"]
 
 
 class Choice(BaseModel):
@@ -421,6 +479,7 @@ class ChoiceDelta(_OmitsReasoning):
     role: Literal["assistant"] | None = None
     content: str | None = None
     tool_calls: list[ChoiceDeltaToolCall] | None = None
+    function_call: ChoiceDeltaFunction | None = None  # legacy functions
     reasoning_content: str | None = None
 
 

@@ -22,7 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.engines.backend import ChatMessage, ToolSpec
+from gateway.engines.backend import ChatMessage, Grammar, ToolSpec
+from gateway.engines.grammar import for_grammar, strict_objects
 from gateway.engines.tool_format import ToolChoice
 from gateway.errors import InvalidRequestError
 from gateway.protocol.anthropic import (
@@ -58,6 +59,7 @@ from gateway.protocol.anthropic import (
 )
 from gateway.scheduler.jobs import Priority
 from gateway.serving.chat import ChatRun, ChatService, PreparedChat, SamplingRequest, ToolUse
+from gateway.serving.partial_json import partial_object
 from gateway.serving.reasoning import ReasoningPiece
 from gateway.serving.tool_calls import CallArguments, CallStart, TextPiece
 
@@ -86,6 +88,8 @@ class AnthropicMessages:
                 stop=tuple(request.stop_sequences or ()),
                 thinking=thinking_switch(request.thinking),
                 reasoning_budget=request.thinking.budget_tokens if request.thinking else None,
+                grammar=output_format_grammar(request),
+                grammar_param="output_config.format",
             ),
             Priority.parse(request.priority, Priority.USER),
             model_name=request.model,
@@ -125,12 +129,16 @@ class AnthropicMessages:
         if result.text:
             content.append(ResponseTextBlock(text=result.text))
         for call in result.calls:
-            if call.complete:
-                content.append(
-                    ResponseToolUseBlock(
-                        id=call.id, name=call.name, input=json.loads(call.arguments)
-                    )
+            # A call cut by max_tokens is returned too, as the stream shows it: its input
+            # parsed as far as it goes (stop_reason max_tokens says it is partial).
+            arguments = json.loads(call.arguments) if call.complete else None
+            content.append(
+                ResponseToolUseBlock(
+                    id=call.id,
+                    name=call.name,
+                    input=arguments if arguments is not None else partial_object(call.arguments),
                 )
+            )
         return Message(
             id=run.chat.id,
             model=run.chat.model_name,
@@ -257,6 +265,15 @@ def conversation(system: str | None, messages: Sequence[MessageParam]) -> tuple[
                 entry["tool_calls"] = calls
             out.append(entry)
     return tuple(out)
+
+
+def output_format_grammar(request: MessagesRequest) -> Grammar | None:
+    """``output_config.format`` as a grammar, as OpenAI's ``response_format`` json_schema."""
+    config = request.output_config
+    if config is None or config.format is None:
+        return None
+    schema = strict_objects(config.format.schema_)
+    return Grammar("json_schema", json.dumps(for_grammar(schema)))
 
 
 def thinking_switch(config: ThinkingConfig | None) -> bool | None:

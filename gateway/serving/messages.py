@@ -5,11 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.engines.backend import ChatMessage, ToolSpec
+from gateway.errors import InvalidRequestError
 from gateway.protocol.openai import ChatMessage as WireMessage
 from gateway.protocol.openai import ToolDefinition
 
 
 def template_messages(messages: Sequence[WireMessage]) -> tuple[ChatMessage, ...]:
+    """The messages as templates take them; an image, audio or file part is a 400 naming it."""
+    for index, message in enumerate(messages):
+        part = message.media_part()
+        if part is not None:
+            kind = getattr(message.content[part], "type", "")  # type: ignore[index]
+            raise InvalidRequestError(
+                f"messages[{index}].content[{part}] ({kind}): this model takes text only",
+                param=f"messages[{index}].content[{part}]",
+            )
     return tuple(m.as_template_message() for m in messages)
 
 

@@ -93,9 +93,11 @@ class OpenAIChat:
             )
             for c in result.calls
         ]
+        legacy = legacy_functions(run.chat)
         message = AssistantMessage(
             content=None if calls and not result.text else result.text,
-            tool_calls=calls or None,
+            tool_calls=None if legacy else calls or None,
+            function_call=calls[0].function if legacy and calls else None,
             reasoning_content=result.reasoning if run.splitter is not None else None,
         )
         logprobs = (
@@ -108,7 +110,7 @@ class OpenAIChat:
             choices=[
                 Choice(
                     message=message,
-                    finish_reason=result.finish_reason,  # type: ignore[arg-type]
+                    finish_reason=finish_reason(result.finish_reason, legacy),  # type: ignore[arg-type]
                     logprobs=logprobs,
                 )
             ],
@@ -136,6 +138,7 @@ class OpenAIChat:
 
         yield chunk(ChoiceDelta(role="assistant", content=""))
         carried = CarriedLogprobs(chat.params.logprobs is not None)
+        legacy = legacy_functions(chat)
         try:
             async with aclosing(self.service.replies(run)) as steps:
                 async for step in steps:
@@ -145,7 +148,9 @@ class OpenAIChat:
                     if text:
                         yield chunk(ChoiceDelta(content=text), logprobs=logprobs)
                     for piece in step.pieces:
-                        if isinstance(piece, CallStart):
+                        if legacy and isinstance(piece, CallStart | CallArguments):
+                            yield chunk(ChoiceDelta(function_call=legacy_delta(piece)))
+                        elif isinstance(piece, CallStart):
                             call = ChoiceDeltaToolCall(
                                 index=piece.index,
                                 id=piece.id,
@@ -163,7 +168,8 @@ class OpenAIChat:
             # A proper end for the client's stream: a finish reason, then the error event.
             yield chunk(ChoiceDelta(), "length")
             raise
-        yield chunk(ChoiceDelta(), run.finish_reason, logprobs=carried.pending)
+        finish = finish_reason(run.finish_reason, legacy)
+        yield chunk(ChoiceDelta(), finish, logprobs=carried.pending)
         if chat.include_usage:
             yield ChatCompletionChunk(
                 id=chat.id,
@@ -172,6 +178,25 @@ class OpenAIChat:
                 choices=[],
                 usage=run.usage(),
             )
+
+
+LEGACY_FUNCTIONS = "functions"  # the ToolUse param of a request with legacy functions
+
+
+def legacy_functions(chat: PreparedChat) -> bool:
+    """The request gave legacy ``functions``: its call is answered as ``function_call``."""
+    return chat.tool_use is not None and chat.tool_use.param == LEGACY_FUNCTIONS
+
+
+def finish_reason(reason: str, legacy: bool) -> str:
+    return "function_call" if legacy and reason == "tool_calls" else reason
+
+
+def legacy_delta(piece: CallStart | CallArguments) -> ChoiceDeltaFunction:
+    """A streamed legacy call: the name first (with empty arguments), then fragments."""
+    if isinstance(piece, CallStart):
+        return ChoiceDeltaFunction(name=piece.name, arguments="")
+    return ChoiceDeltaFunction(arguments=piece.fragment)
 
 
 CHAT_TASK = "chat"  # prompts/chat.toml: how a peer runs a chat ticket
@@ -275,10 +300,12 @@ def tool_use(request: ChatCompletionRequest) -> ToolUse | None:
         return None
     parallel = request.parallel_tool_calls is True
     choice = request.tool_choice or "auto"
+    # Legacy functions were mapped onto tools by the protocol model; the param marks them.
+    param = LEGACY_FUNCTIONS if request.uses_legacy_functions else "tools"
     if isinstance(choice, NamedToolChoice):
         named = ToolChoice("function", choice.function.name, parallel=False)
-        return ToolUse(tool_specs(request.tools), named)
-    return ToolUse(tool_specs(request.tools), ToolChoice(choice, parallel=parallel))
+        return ToolUse(tool_specs(request.tools), named, param=param)
+    return ToolUse(tool_specs(request.tools), ToolChoice(choice, parallel=parallel), param=param)
 
 
 def response_format_grammar(request: ChatCompletionRequest) -> Grammar | None:
