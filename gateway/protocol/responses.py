@@ -260,7 +260,7 @@ class ResponseRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
     model: str = Field(min_length=1)
-    input: str | Annotated[list[InputItem], Field(max_length=MAX_INPUT_ITEMS)]
+    input: str | Annotated[list[InputItem], Field(min_length=1, max_length=MAX_INPUT_ITEMS)]
     instructions: str | None = Field(
         None, description="The system message (not carried over by previous_response_id)."
     )

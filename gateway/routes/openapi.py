@@ -23,6 +23,8 @@ from gateway.protocol.anthropic import (
 )
 from gateway.protocol.completions import Completion, CompletionRequest
 from gateway.protocol.openai import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
+from gateway.protocol.responses import ResponseRequest
+from gateway.protocol.responses_events import Response as ResponseObject
 from gateway.protocol.tasks import TaskDelta, TaskResult, TaskResultEvent, TaskRunRequest
 from gateway.protocol.typing import TypingHintRequest
 
@@ -35,6 +37,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     CountTokensRequest,
     TaskRunRequest,
     TypingHintRequest,
+    ResponseRequest,
 )
 STREAMS = {
     ("/v1/chat/completions", "post"): (
@@ -53,6 +56,13 @@ STREAMS = {
         "message_start, content_block_start, ping, content_block_delta, content_block_stop, "
         "message_delta, message_stop; or an `error` event after a failure.",
     ),
+    ("/v1/responses", "post"): (
+        ResponseObject,
+        "With `stream: true`: Server-Sent Events named after their `type`, each with its "
+        "`sequence_number`: response.created, response.in_progress, output items and their "
+        "deltas, then response.completed or response.incomplete (or error and "
+        "response.failed after a failure).",
+    ),
     ("/v1/tasks/{task_type}", "post"): (
         TaskResult,
         "With `stream: true`: Server-Sent Events `thinking.delta` and `output.delta` "
@@ -68,6 +78,7 @@ EXTRA_MODELS: tuple[type[BaseModel], ...] = (
     TaskResult,
     TaskDelta,
     TaskResultEvent,
+    ResponseObject,
 )
 
 
@@ -112,9 +123,17 @@ def _mode(model: type[BaseModel]) -> str:
 
 
 def _protocol_model(name: str) -> type[BaseModel] | None:
-    from gateway.protocol import anthropic, completions, openai, tasks, typing
+    from gateway.protocol import (
+        anthropic,
+        completions,
+        openai,
+        responses,
+        responses_events,
+        tasks,
+        typing,
+    )
 
-    for module in (openai, completions, anthropic, tasks, typing):
+    for module in (openai, completions, anthropic, tasks, typing, responses, responses_events):
         candidate = getattr(module, name, None)
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
             return candidate

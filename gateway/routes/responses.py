@@ -9,6 +9,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
 from gateway.protocol.responses import DeletedResponse, InputItemList, ResponseRequest
+from gateway.protocol.responses_events import Response as ResponseObject
 from gateway.routes.chat import served_by
 from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
 from gateway.routes.errors import ERROR_RESPONSES
@@ -67,7 +68,7 @@ class ResponsesController(Controller):
     )
     async def retrieve(
         self, response_id: FromPath[str], responses: NamedDependency[ResponsesService]
-    ) -> dict[str, Any]:
+    ) -> ResponseObject:
         return await responses.retrieve(response_id)
 
     @delete(

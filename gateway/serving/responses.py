@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -207,8 +207,8 @@ class ResponsesService:
 
     # -- stored responses ------------------------------------------------------------------------
 
-    async def retrieve(self, response_id: str) -> dict[str, Any]:
-        return (await self._stored(response_id)).response
+    async def retrieve(self, response_id: str) -> Response:
+        return Response.model_validate((await self._stored(response_id)).response)
 
     async def delete(self, response_id: str) -> DeletedResponse:
         if not await self.store.delete(response_id):
