@@ -13,6 +13,7 @@ compares an imported copy with.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Sequence
@@ -160,8 +161,6 @@ def place_in_hf_cache(folder: Path, cache: Path, repo_id: str, commit: str | Non
     """Lay ``folder``'s files out as the Hugging Face hub cache does, by hand (no network):
     ``models--{org}--{name}/refs/main`` holds the commit id, ``snapshots/<commit>/<file>`` are
     relative links to ``blobs/<sha256>``. Returns the snapshot folder."""
-    import hashlib
-
     repo = cache / f"models--{repo_id.replace('/', '--')}"
     commit = commit or hashlib.sha1(repo_id.encode()).hexdigest()
     snapshot = repo / "snapshots" / commit
@@ -182,3 +181,64 @@ def place_in_hf_cache(folder: Path, cache: Path, repo_id: str, commit: str | Non
             link.unlink()
         link.symlink_to(Path("../..") / "blobs" / blob.name)
     return snapshot
+
+
+def write_ollama_model(
+    root: Path,
+    name: str,
+    tag: str,
+    gguf: bytes,
+    *,
+    params: dict[str, Any] | None = None,
+    system: str | None = None,
+) -> Path:
+    """An Ollama store entry as ``ollama pull`` leaves it: blobs by digest and a manifest.
+    ``name`` may be ``llama3.2``, ``ns/name`` or ``hf.co/org/repo``. Returns the GGUF blob."""
+    from gateway.modelstore.ollama import manifest_path
+
+    blobs = root / "blobs"
+    blobs.mkdir(parents=True, exist_ok=True)
+
+    def blob(data: bytes, kind: str) -> dict[str, Any]:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        (blobs / digest.replace(":", "-")).write_bytes(data)
+        media = f"application/vnd.ollama.image.{kind}"
+        return {"mediaType": media, "digest": digest, "size": len(data)}
+
+    layers = [blob(gguf, "model"), blob(b"{{ .Prompt }}", "template")]
+    if params is not None:
+        layers.append(blob(json.dumps(params).encode(), "params"))
+    if system is not None:
+        layers.append(blob(system.encode(), "system"))
+    config = blob(b"{}", "config")
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": config,
+        "layers": layers,
+    }
+    path = manifest_path(root, name, tag)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest))
+    return blobs / layers[0]["digest"].replace(":", "-")
+
+
+def small_tokenizer(source: Path, out: Path, size: int = 1024) -> Path:
+    """``source``'s byte-level BPE tokenizer (SmolLM2's) cut to its first ``size`` ids (merges
+    kept where all three fit), with its chat template: models over it build in a fraction of
+    a second. Returns ``out``, to pass to :func:`build_synthetic` as ``tokenizer_from``."""
+    data = json.loads((source / "tokenizer.json").read_text())
+    vocab = {t: i for t, i in data["model"]["vocab"].items() if i < size}
+    merges = [
+        m
+        for m in data["model"]["merges"]
+        if m[0] in vocab and m[1] in vocab and m[0] + m[1] in vocab
+    ]
+    data["model"].update(vocab=vocab, merges=merges)
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["id"] < size]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.json").write_text(json.dumps(data))
+    for name in ("tokenizer_config.json", "chat_template.jinja"):
+        if (source / name).is_file():
+            shutil.copy(source / name, out / name)
+    return out

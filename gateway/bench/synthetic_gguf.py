@@ -23,6 +23,8 @@ from typing import Any, cast
 
 import numpy as np
 
+from gateway.bench.synthetic import SyntheticSpec
+
 # mlx-lm model_type -> llama.cpp architecture (mistral is written as llama, as llama.cpp does).
 GGUF_ARCHITECTURE = {
     "llama": "llama",
@@ -239,6 +241,29 @@ def _hparams(writer: Any, arch: str, config: dict[str, Any]) -> None:
         writer.add_expert_count(int(config["num_experts"]))
         writer.add_expert_used_count(int(config["num_experts_per_tok"]))
         writer.add_expert_feed_forward_length(int(config["moe_intermediate_size"]))
+
+
+def gguf_spec(architecture: str, *, dtype: str = "float32", k_quant: bool = False) -> SyntheticSpec:
+    """The ``SyntheticSpec`` a GGUF test model is built from: ``dtype`` float16 / bfloat16 for
+    F16 / BF16 files (the file then holds the folder's weights exactly, see
+    :func:`folder_dtype`); ``k_quant``: rows of whole 256-value super-blocks, as K types need."""
+    overrides: dict[str, Any] = {}
+    sizes: dict[str, Any] = {}
+    if architecture == "gemma3":
+        # llama.cpp hard-codes these for Gemma 3 (the GGUF cannot say otherwise), and mlx-lm
+        # needs at least one whole pattern of layers.
+        overrides = {"sliding_window_pattern": 6, "query_pre_attn_scalar": 32}
+        sizes["num_hidden_layers"] = 6
+    if k_quant:
+        sizes.update(hidden_size=256, intermediate_size=256, num_attention_heads=8)
+        if architecture == "qwen3_moe":
+            overrides["moe_intermediate_size"] = 256
+    return SyntheticSpec(architecture, dtype=dtype, overrides=overrides, **sizes)
+
+
+def folder_dtype(quant_type: str) -> str:
+    """The dtype of the synthetic folder a GGUF of ``quant_type`` is written from."""
+    return {"F16": "float16", "BF16": "bfloat16"}.get(quant_type, "float32")
 
 
 def write_gguf(

@@ -159,14 +159,18 @@ def gguf_files(folder: Path) -> list[Path]:
 
 def choose_gguf(files: list[Path], selector: str | None, what: str) -> Path:
     """The file ``selector`` names (name, stem or a unique piece such as ``Q4_K_M``); without
-    one, the first by name (the only one, usually)."""
+    one, the first by name (the only one, usually). A piece that stands alone in the name
+    (not inside a longer word) wins over one that does not: ``F16`` is ``x-F16.gguf``, not
+    also ``x-BF16.gguf``, which repos often hold side by side."""
     if not files:
         raise ModelNotFoundError(f"{what}: no .gguf file found", param="model")
     if selector is None:
         return files[0]
     wanted = selector.lower()
     exact = [p for p in files if wanted in (p.name.lower(), p.stem.lower())]
-    matches = exact or [p for p in files if wanted in p.name.lower()]
+    alone = re.compile(rf"(?<![a-z0-9]){re.escape(wanted)}(?![a-z0-9])")
+    pieces = [p for p in files if alone.search(p.name.lower())]
+    matches = exact or pieces or [p for p in files if wanted in p.name.lower()]
     if len(matches) != 1:
         names = ", ".join(p.name for p in files)
         problem = "matches several files" if matches else "matches no file"

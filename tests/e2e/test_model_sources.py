@@ -14,8 +14,12 @@ from pathlib import Path
 import pytest
 
 from gateway.bench.process import RunningGateway, start_gateway
-from gateway.bench.synthetic import SyntheticSpec, build_synthetic, place_in_hf_cache
-from tests.unit.modelstore.layouts import write_ollama_model
+from gateway.bench.synthetic import (
+    SyntheticSpec,
+    build_synthetic,
+    place_in_hf_cache,
+    write_ollama_model,
+)
 
 pytestmark = pytest.mark.e2e
 

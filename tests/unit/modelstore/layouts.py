@@ -6,14 +6,13 @@ An mlx-lm folder here is a ``config.json`` and a ``model.safetensors`` whose hea
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import struct
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.synthetic import place_in_hf_cache
+from gateway.bench.synthetic import place_in_hf_cache, write_ollama_model
 
 __all__ = ["place_in_hf_cache", "write_mlx_folder", "write_ollama_model", "write_safetensors"]
 
@@ -78,46 +77,6 @@ def write_mlx_folder(
         json.dumps({"added_tokens": [{"content": "<think>"}, {"content": "<tool_call>"}]})
     )
     return folder
-
-
-def write_ollama_model(
-    root: Path,
-    name: str,
-    tag: str,
-    gguf: bytes,
-    *,
-    params: dict[str, Any] | None = None,
-    system: str | None = None,
-) -> Path:
-    """An Ollama store entry as ``ollama pull`` leaves it: blobs by digest and a manifest.
-    ``name`` may be ``llama3.2``, ``ns/name`` or ``hf.co/org/repo``. Returns the GGUF blob."""
-    from gateway.modelstore.ollama import manifest_path
-
-    blobs = root / "blobs"
-    blobs.mkdir(parents=True, exist_ok=True)
-
-    def blob(data: bytes, kind: str) -> dict[str, Any]:
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        (blobs / digest.replace(":", "-")).write_bytes(data)
-        media = f"application/vnd.ollama.image.{kind}"
-        return {"mediaType": media, "digest": digest, "size": len(data)}
-
-    layers = [blob(gguf, "model"), blob(b"{{ .Prompt }}", "template")]
-    if params is not None:
-        layers.append(blob(json.dumps(params).encode(), "params"))
-    if system is not None:
-        layers.append(blob(system.encode(), "system"))
-    config = blob(b"{}", "config")
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-        "config": config,
-        "layers": layers,
-    }
-    path = manifest_path(root, name, tag)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(manifest))
-    return blobs / layers[0]["digest"].replace(":", "-")
 
 
 def write_gguf_stub(

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.bench.synthetic import SyntheticSpec, build_synthetic, default_tokenizer_folder
-from gateway.bench.synthetic_gguf import reference_weights, write_gguf
+from gateway.bench.synthetic import (
+    build_synthetic,
+    default_tokenizer_folder,
+    small_tokenizer,
+)
+from gateway.bench.synthetic_gguf import folder_dtype, gguf_spec, reference_weights, write_gguf
 from gateway.modelstore.gguf import convert_gguf
 
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma3", "qwen3_moe")
@@ -34,25 +37,6 @@ REPACKED = {"Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K"}
 EXACT = 1e-4  # max |logit difference| where the weights moved over bit for bit
 PROMPT = [[1, 504, 357, 282, 464, 314, 17, 216, 33, 2]]
 _ROWS: list[dict[str, Any]] = []
-
-
-def small_tokenizer(source: Path, out: Path, size: int = 1024) -> Path:
-    """SmolLM2's tokenizer cut to its first ``size`` ids (merges kept where all three fit)."""
-    data = json.loads((source / "tokenizer.json").read_text())
-    vocab = {t: i for t, i in data["model"]["vocab"].items() if i < size}
-    merges = [
-        m
-        for m in data["model"]["merges"]
-        if m[0] in vocab and m[1] in vocab and m[0] + m[1] in vocab
-    ]
-    data["model"].update(vocab=vocab, merges=merges)
-    data["added_tokens"] = [t for t in data["added_tokens"] if t["id"] < size]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tokenizer.json").write_text(json.dumps(data))
-    for name in ("tokenizer_config.json", "chat_template.jinja"):
-        if (source / name).is_file():
-            shutil.copy(source / name, out / name)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -65,18 +49,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Any:
     def get(architecture: str, dtype: str, k_quant: bool) -> Path:
         key = (architecture, dtype, k_quant)
         if key not in built:
-            overrides: dict[str, Any] = {}
-            sizes: dict[str, Any] = {}
-            if architecture == "gemma3":
-                # llama.cpp hard-codes these for Gemma 3 (the GGUF cannot say otherwise), and
-                # mlx-lm needs at least one whole pattern of layers.
-                overrides = {"sliding_window_pattern": 6, "query_pre_attn_scalar": 32}
-                sizes["num_hidden_layers"] = 6
-            if k_quant:  # K-quant rows are whole 256-value super-blocks
-                sizes.update(hidden_size=256, intermediate_size=256, num_attention_heads=8)
-                if architecture == "qwen3_moe":
-                    overrides["moe_intermediate_size"] = 256
-            spec = SyntheticSpec(architecture, dtype=dtype, overrides=overrides, **sizes)
+            spec = gguf_spec(architecture, dtype=dtype, k_quant=k_quant)
             built[key] = build_synthetic(spec, root / "-".join(map(str, key)), tokenizer)
         return built[key]
 
@@ -100,7 +73,7 @@ def test_logits_match_the_reference(
     import mlx.core as mx
     from mlx_lm.utils import _get_classes, load_model
 
-    dtype = {"F16": "float16", "BF16": "bfloat16"}.get(quant, "float32")
+    dtype = folder_dtype(quant)
     folder = models(architecture, dtype, quant.endswith("_K"))
     work = models.root / f"{architecture}-{quant}"
     gguf = write_gguf(folder, work.with_suffix(".gguf"), quant)
@@ -158,6 +131,19 @@ def test_import_record_and_folder(models: Any) -> None:
     tokenizer = loaded[1]
     text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
     assert "<|im_start|>user" in text
+
+
+@pytest.mark.parametrize("quant", ["F16", "BF16"])
+def test_the_store_imports_a_half_precision_moe(models: Any, quant: str) -> None:
+    """The store's verification pass (a forward pass after the import) on a CPU: MLX's
+    gather_mm takes float32 only, so an F16/BF16 MoE failed there (found by
+    ops/check_model_sources.py) though it serves in float32."""
+    from gateway.modelstore.store import ModelStore
+
+    folder = models("qwen3_moe", folder_dtype(quant), False)
+    gguf = write_gguf(folder, models.root / f"store-moe-{quant}.gguf", quant)
+    imported = ModelStore(models.root / "store").import_gguf(f"moe-{quant}", gguf, "test")
+    assert json.loads((imported / "config.json").read_text())["model_type"] == "qwen3_moe"
 
 
 @pytest.fixture(scope="module", autouse=True)

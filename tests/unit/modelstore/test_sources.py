@@ -147,6 +147,19 @@ def test_choose_gguf(tmp_path: Path) -> None:
         choose_gguf(files, "Q2", "x")
 
 
+def test_choose_gguf_prefers_a_piece_that_stands_alone(tmp_path: Path) -> None:
+    """``F16`` is also inside ``BF16``: found by ops/check_model_sources.py, where a repo of
+    every quant type made ``hf:org/m-GGUF:F16`` ambiguous."""
+    names = ("m-BF16.gguf", "m-F16.gguf", "m-Q4_K_M.gguf", "m-Q4_K_S.gguf", "m-IQ4_XS.gguf")
+    files = [tmp_path / n for n in names]
+    assert choose_gguf(files, "F16", "x") == files[1]
+    assert choose_gguf(files, "bf16", "x") == files[0]
+    assert choose_gguf(files, "Q4_K_M", "x") == files[2]
+    assert choose_gguf(files, "4_XS", "x") == files[4]  # a piece inside a word still works
+    with pytest.raises(ModelNotFoundError, match="matches several"):
+        choose_gguf(files, "Q4_K", "x")  # _M or _S: both stand alone
+
+
 def test_ollama_store(tmp_path: Path) -> None:
     store, root = ModelStore(tmp_path / "cache"), tmp_path / "ollama"
     blob = write_ollama_model(
