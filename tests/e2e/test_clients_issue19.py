@@ -50,14 +50,14 @@ def test_embeddings_through_the_openai_sdk(gateway: RunningGateway) -> None:
     assert [d.index for d in batch.data] == [0, 1, 2]
     # Deterministic: the same input gives the same vector alone or in a batch.
     alone = batch.data[1].embedding
-    assert max(abs(a - b) for a, b in zip(alone, vector)) <= 1e-6
+    assert max(abs(a - b) for a, b in zip(alone, vector, strict=True)) <= 1e-6
 
     raw = gateway.http().post(
         "/v1/embeddings", json={"model": MODEL, "input": texts, "encoding_format": "base64"}
     )
     decoded = base64.b64decode(raw.json()["data"][1]["embedding"])
     as_floats = struct.unpack(f"<{len(decoded) // 4}f", decoded)
-    assert max(abs(a - b) for a, b in zip(as_floats, alone)) <= 1e-6
+    assert max(abs(a - b) for a, b in zip(as_floats, alone, strict=True)) <= 1e-6
 
     short = client.embeddings.create(model=MODEL, input="The cat sat on the mat.", dimensions=64)
     head = short.data[0].embedding

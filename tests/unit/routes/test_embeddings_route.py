@@ -54,7 +54,9 @@ async def test_token_ids_base64_and_dimensions() -> None:
         )
         raw = base64.b64decode(encoded.json()["data"][0]["embedding"])
         floats = struct.unpack("<2f", raw)
-        assert all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(floats, expected("ab")))
+        assert all(
+            math.isclose(a, b, rel_tol=1e-6) for a, b in zip(floats, expected("ab"), strict=True)
+        )
         short = await client.post(
             "/v1/embeddings", json={"model": MODEL, "input": "ab", "dimensions": 1}
         )
