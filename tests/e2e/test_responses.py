@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import httpx
 import openai
 import pytest
 from pydantic import BaseModel
@@ -242,6 +244,32 @@ def test_litellm_responses(node: Node) -> None:
         for part in item.content  # type: ignore[union-attr]
     ]
     assert "".join(texts).strip()
+
+
+# -- a client that leaves ---------------------------------------------------------------------
+
+
+def _slot_empties(node: Node, since: float) -> None:
+    while node.gateway.scheduler()["slot"] is not None:
+        assert time.monotonic() - since < 5, "generation kept running after the client left"
+        time.sleep(0.05)
+
+
+def test_a_dropped_stream_or_request_stops_its_generation(node: Node) -> None:
+    story = "Tell me a very long story about dragons."
+    with node.client().responses.stream(
+        model=MODEL, input=story, max_output_tokens=2000, temperature=0.7
+    ) as stream:
+        deltas = 0
+        for event in stream:
+            deltas += event.type == "response.output_text.delta"
+            if deltas >= 3:
+                break
+    _slot_empties(node, time.monotonic())
+    body = {"model": MODEL, "input": story, "max_output_tokens": 2000, "temperature": 0.7}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{node.base_url}/responses", json=body, timeout=2.0)
+    _slot_empties(node, time.monotonic())
 
 
 # -- a conversation continued after a restart (last: it restarts the gateway) ------------------
