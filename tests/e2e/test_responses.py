@@ -155,6 +155,32 @@ def test_openai_function_tools_required_then_the_result_back(node: Node) -> None
     assert second.usage is not None and second.usage.input_tokens_details.cached_tokens > 0
 
 
+def test_a_typing_hint_warms_a_stored_conversation(node: Node) -> None:
+    client = node.client()
+    first = client.responses.create(
+        model=MODEL, instructions=LIBRARIAN, input="Which ships do you have?", max_output_tokens=8
+    )
+    hint = httpx.post(
+        f"{node.base_url}/typing",
+        json={"model": MODEL, "previous_response_id": first.id, "instructions": LIBRARIAN},
+    ).json()
+    url = f"{node.base_url}/typing/{hint['id']}"
+    deadline = time.monotonic() + 30
+    while httpx.get(url).json()["state"] in ("queued", "computing"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    second = client.responses.create(
+        model=MODEL,
+        instructions=LIBRARIAN,
+        previous_response_id=first.id,
+        input="And maps?",
+        max_output_tokens=8,
+    )
+    assert httpx.get(url).json()["state"] == "used"  # the request matched the hint's tokens
+    assert second.usage is not None
+    assert second.usage.input_tokens_details.cached_tokens >= hint["prefix_tokens"] - 4
+
+
 # -- the OpenAI Agents SDK ---------------------------------------------------------------------
 
 
