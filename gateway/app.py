@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from litestar import Litestar, MediaType, get
 from litestar.datastructures import State
@@ -23,9 +23,11 @@ from litestar.response import File
 from litestar.static_files import create_static_files_router
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.config import Settings, TierSettings
+from gateway.config import ConfigError, Settings, TierSettings
 from gateway.engines.backend import Backend
 from gateway.engines.device import ComputePath, choose_compute_path
+from gateway.engines.experts.plan import ExpertStreaming, StreamedExperts, plan_streamed
+from gateway.engines.experts.stats import CallbackListener, ExpertStats
 from gateway.engines.local import LocalBackend
 from gateway.engines.prefix_disk import DiskPrefixes
 from gateway.engines.prefix_store import PrefixCacheStore
@@ -71,9 +73,22 @@ from gateway.tasks.definitions import BUILTIN_PROMPTS, TaskCatalog
 
 log = logging.getLogger("gateway")
 
-# Builds a model runner on the inference thread (tests pass a fake one).
-# (model id, compute path, the form of its weights) -> a loaded runner, on the inference thread.
-RunnerFactory = Callable[[str, ComputePath, WeightsMode], ModelRunner]
+
+class RunnerFactory(Protocol):
+    """Builds a model runner on the inference thread (tests pass a fake one): (model id,
+    compute path, the form of its weights) -> a loaded runner. Only a tier that streams its
+    experts passes ``experts`` (gateway.engines.experts): a test's factory may leave it out."""
+
+    def __call__(
+        self,
+        model_id: str,
+        compute: ComputePath,
+        weights: WeightsMode,
+        /,
+        experts: StreamedExperts | None = None,
+    ) -> ModelRunner: ...
+
+
 UNAUTHENTICATED_PATHS = frozenset({"/health", "/"})
 # The playground's files are public: the page asks for the API key itself.
 UNAUTHENTICATED_PREFIXES: tuple[str, ...] = ("/playground/",)
@@ -108,11 +123,16 @@ class Services:
 def mlx_runner_factory(settings: Settings) -> RunnerFactory:
     """Find each model (importing a GGUF the first time only) and load it with the MLX runner."""
 
-    def build(model_id: str, compute: ComputePath, weights: WeightsMode) -> ModelRunner:
+    def build(
+        model_id: str,
+        compute: ComputePath,
+        weights: WeightsMode,
+        experts: StreamedExperts | None = None,
+    ) -> ModelRunner:
         from gateway.engines.mlx_runner import MLXRunner
 
         model = resolve_model(settings, model_id)
-        return MLXRunner(model_id, model.folder, compute, model.default_stop, weights)
+        return MLXRunner(model_id, model.folder, compute, model.default_stop, weights, experts)
 
     return build
 
@@ -176,19 +196,22 @@ class _Wiring:
             )
             return OpenAIUpstreamBackend(name, config, self.metrics, self.scheduler)
         weights = self.weights.get(name)
+        load = functools.partial(
+            self.build_runner, tier.model, self.compute, weights.mode if weights else "native"
+        )
+        expert_stats = None
+        if weights is not None and weights.experts is not None:
+            expert_stats = ExpertStats(_expert_listener(self.metrics, name))
+            load = functools.partial(load, experts=StreamedExperts(weights.experts, expert_stats))
         resident = self.local_models.register(
             Resident(
                 tier=name,
                 model_id=tier.model,
-                load=functools.partial(
-                    self.build_runner,
-                    tier.model,
-                    self.compute,
-                    weights.mode if weights else "native",
-                ),
+                load=load,
                 estimated_bytes=weights.bytes if weights else 0,
                 keep_alive_seconds=tier.keep_alive_seconds,
                 weights=weights,
+                expert_stats=expert_stats,
             )
         )
         return LocalBackend(
@@ -306,6 +329,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
                                 plan,
                                 tier_settings.model,
                                 tier_settings.weights or settings.weights,
+                                _expert_streaming(name, tier_settings),
                             )
                         )
             wiring = _Wiring(
@@ -473,17 +497,53 @@ def _no_memory() -> dict[str, int]:
 
 def _weights_planner(
     settings: Settings, compute: ComputePath
-) -> Callable[[str, WeightsPreference], WeightsChoice]:
+) -> Callable[[str, WeightsPreference, tuple[str, ExpertStreaming] | None], WeightsChoice]:
     """The form of a model's weights and the bytes they will hold once loaded (importing the
     model first, once, if needed)."""
 
-    def plan(model_id: str, preference: WeightsPreference) -> WeightsChoice:
+    def plan(
+        model_id: str,
+        preference: WeightsPreference,
+        streaming: tuple[str, ExpertStreaming] | None = None,
+    ) -> WeightsChoice:
         folder = resolve_model(settings, model_id).folder
+        if streaming is not None:
+            tier, streamed = streaming
+            try:
+                return plan_streamed(
+                    compute, folder, settings.memory_budget_bytes, preference, streamed
+                )
+            except ValueError as exc:
+                raise ConfigError(f"tier {tier!r}: {exc}") from exc
         return choose_weights(
             compute, model_bytes(folder), settings.memory_budget_bytes, preference
         )
 
     return plan
+
+
+def _expert_streaming(name: str, tier: TierSettings) -> tuple[str, ExpertStreaming] | None:
+    if tier.experts != "stream":
+        return None
+    return name, ExpertStreaming(tier.expert_slots, tier.expert_cache_bytes, tier.expert_policy)
+
+
+def _expert_listener(metrics: GatewayMetrics, tier: str) -> CallbackListener:
+    """A streamed tier's expert counts, into the metric families."""
+    hits = metrics.expert_cache_hits.labels(tier)
+    misses = metrics.expert_cache_misses.labels(tier)
+    read_bytes = metrics.expert_bytes_read.labels(tier)
+    read_seconds = metrics.expert_read_seconds.labels(tier)
+
+    def lookups(hit_count: int, miss_count: int) -> None:
+        hits.inc(hit_count)
+        misses.inc(miss_count)
+
+    def read(nbytes: int, seconds: float) -> None:
+        read_bytes.inc(nbytes)
+        read_seconds.observe(seconds)
+
+    return CallbackListener(lookups, read)
 
 
 async def drain(app: Litestar) -> None:

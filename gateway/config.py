@@ -150,6 +150,24 @@ class TierSettings(_Section):
         "dequantized to float32; auto: float32 when that copy takes at most half of "
         "memory_budget_bytes (default: the top-level weights setting).",
     )
+    experts: Literal["resident", "stream"] = Field(
+        "resident",
+        description="mlx, mixture-of-experts models: 'stream' keeps only the shared layers and "
+        "a few expert slots per layer in memory and reads routed experts from disk (a model "
+        "larger than memory; gateway.engines.experts).",
+    )
+    expert_slots: int | None = Field(
+        None, ge=1, description="experts = 'stream': experts held per MoE layer."
+    )
+    expert_cache_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="experts = 'stream': bytes for the slots of all layers (instead of "
+        "expert_slots). Neither: an eighth of the experts, at least twice those of a token.",
+    )
+    expert_policy: Literal["lfu", "lru"] = Field(
+        "lfu", description="experts = 'stream': which expert gives its slot up."
+    )
     base_url: str | None = Field(None, description="openai: e.g. http://127.0.0.1:8080/v1")
     api_key: str | None = Field(
         None, description="openai: the upstream's key (never the client's)."
@@ -169,6 +187,13 @@ class TierSettings(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> TierSettings:
+        streaming = ("expert_slots", "expert_cache_bytes")
+        if self.experts == "stream" and self.kind != "mlx":
+            raise ValueError("experts = 'stream' is only for tiers of kind 'mlx'")
+        if self.experts != "stream" and any(getattr(self, k) is not None for k in streaming):
+            raise ValueError("expert_slots and expert_cache_bytes need experts = 'stream'")
+        if self.expert_slots is not None and self.expert_cache_bytes is not None:
+            raise ValueError("set expert_slots or expert_cache_bytes, not both")
         if self.kind == "openai":
             if not self.base_url:
                 raise ValueError("a tier of kind 'openai' needs base_url")

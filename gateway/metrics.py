@@ -15,6 +15,7 @@ from gateway.scheduler.jobs import Priority
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
 TPS_BUCKETS = (1, 2, 5, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000)
+EXPERT_READ_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
@@ -238,6 +239,33 @@ class GatewayMetrics:
             "gateway_peer_up",
             "1 when a peer answers its heartbeat and is compatible.",
             ["peer"],
+            registry=r,
+        )
+        # Expert streaming (gateway.engines.experts). No vLLM/llama.cpp counterpart; the
+        # hits and misses are counted per MoE layer and step (one lookup per routed expert).
+        self.expert_cache_hits = Counter(
+            "gateway_expert_cache_hits",
+            "Routed experts already in their layer's slots.",
+            ["tier"],
+            registry=r,
+        )
+        self.expert_cache_misses = Counter(
+            "gateway_expert_cache_misses",
+            "Routed experts read from disk into a slot.",
+            ["tier"],
+            registry=r,
+        )
+        self.expert_bytes_read = Counter(
+            "gateway_expert_bytes_read",
+            "Bytes of experts read from the weights files.",
+            ["tier"],
+            registry=r,
+        )
+        self.expert_read_seconds = Histogram(
+            "gateway_expert_read_seconds",
+            "Time to bring one layer's missing experts of a step in (read, convert, place).",
+            ["tier"],
+            buckets=EXPERT_READ_BUCKETS,
             registry=r,
         )
         for priority in Priority:

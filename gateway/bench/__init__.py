@@ -20,6 +20,10 @@ BENCHMARKS = {
     "versus": "the gateway vs mlx_lm.server: cold, multi-turn and hinted TTFT, decode tokens/s",
     "upstream": "an OpenAI-upstream tier vs the same mlx_lm.server called directly",
     "models": "a 1B-shape 4-bit qwen3 from the HF cache: load, peak RSS, decode, float32 vs 4-bit",
+    "experts": (
+        "a 1.7B synthetic MoE streamed from disk (LRU, LFU; cold and warm page cache) vs fully "
+        "resident: decode tokens/s, TTFT, peak RSS, hit ratio, same greedy text"
+    ),
 }
 
 
@@ -46,6 +50,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--profile-dir",
         help="ceiling: one more gateway run under the per-thread profiler, written here",
+    )
+    parser.add_argument(
+        "--slots", type=int, help="experts: expert slots per MoE layer (default 8 of 64)"
     )
     parser.add_argument(
         "--context-tokens",

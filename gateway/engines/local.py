@@ -366,7 +366,7 @@ class LocalBackend:
             loaded=resident.runner is not None,
             state=resident.state,
             memory_bytes=resident.loaded_bytes,
-            weights=resident.weights.as_dict() if resident.weights else None,
+            weights=_weights_health(resident),
         )
 
     async def close(self) -> None:
@@ -410,6 +410,16 @@ def _embedding_tokens(runner: ModelRunner, inputs: Sequence[EmbeddingInput]) -> 
             )
         out.append(tokens)
     return out
+
+
+def _weights_health(resident: Resident) -> dict[str, Any] | None:
+    """The form of the weights; with streamed experts, their live hit ratio and reads too."""
+    if resident.weights is None:
+        return None
+    described = resident.weights.as_dict()
+    if resident.expert_stats is not None and "experts" in described:
+        described["experts"].update(resident.expert_stats.as_dict())
+    return described
 
 
 def _characters(messages: Sequence[ChatMessage]) -> int:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from gateway.engines.experts.stats import ExpertStats
 from gateway.engines.runner import ModelRunner
 from gateway.engines.weights import WeightsChoice
 from gateway.errors import ServiceUnavailableError
@@ -45,6 +46,7 @@ class Resident:
     estimated_bytes: int
     keep_alive_seconds: float  # 0: never unloaded for idleness
     weights: WeightsChoice | None = None  # the form its weights take (None: not planned)
+    expert_stats: ExpertStats | None = None  # experts streamed: hits, misses, reads
     runner: ModelRunner | None = None
     loaded_bytes: int = 0  # measured at load time
     in_use: int = 0  # requests holding the runner (queued, running or paused)

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from gateway.engines.device import ComputePath
 from gateway.modelstore.footprint import ModelBytes
+
+if TYPE_CHECKING:
+    from gateway.engines.experts.plan import ExpertPlan, StreamedExperts
 
 WeightsMode = Literal["native", "float32", "quantized"]
 WeightsPreference = Literal["auto", "4bit", "float32"]
@@ -35,9 +38,14 @@ class WeightsChoice:
     mode: WeightsMode
     bytes: int  # what the weights will take in memory in this form
     reason: str
+    # Experts streamed from disk (gateway.engines.experts): ``bytes`` counts their slots only.
+    experts: ExpertPlan | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "bytes": self.bytes, "reason": self.reason}
+        described: dict[str, Any] = {"mode": self.mode, "bytes": self.bytes, "reason": self.reason}
+        if self.experts is not None:
+            described["experts"] = self.experts.as_dict()
+        return described
 
 
 def choose_weights(
@@ -81,16 +89,24 @@ def default_mode(compute: ComputePath) -> WeightsMode:
     return "float32" if compute.dequantize else "quantized"
 
 
-def load_model(folder: Path, mode: WeightsMode) -> tuple[Any, Any, dict[str, Any]]:
+def load_model(
+    folder: Path, mode: WeightsMode, experts: StreamedExperts | None = None
+) -> tuple[Any, Any, dict[str, Any]]:
     """The one way a model folder is loaded: mlx-lm's ``load`` (lazy, so a dequantized copy
     is made without first materializing the stored one), then its weights put in ``mode``
-    and evaluated. Returns the model, its tokenizer and its config."""
+    and evaluated. With ``experts``, the MoE layers are swapped for streamed ones while
+    still unevaluated, so the stacked experts are never read. Returns the model, its
+    tokenizer and its config."""
     import mlx.core as mx
     from mlx_lm import load
 
     model, tokenizer, config = cast(
         tuple[Any, Any, dict[str, Any]], load(str(folder), return_config=True, lazy=True)
     )
+    if experts is not None:
+        from gateway.engines.experts.switch import install
+
+        install(model, folder, experts.plan, mode, experts.stats)
     apply_weights(model, mode)
     mx.eval(model.parameters())
     return model, tokenizer, config

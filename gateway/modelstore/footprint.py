@@ -12,6 +12,7 @@ import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "U8": 1, "I8": 1, "F64": 8}
 FLOAT_DTYPES = frozenset({"F32", "F16", "BF16", "F64"})
@@ -47,12 +48,23 @@ def model_bytes(folder: Path) -> ModelBytes:
     scale per group: its element count is the scales' count times the group size
     (``config.json``'s ``quantization``, per layer where the layer overrides it).
     """
-    shapes = tensor_shapes(folder)
     config = json.loads((folder / "config.json").read_text())
     quantization = config.get("quantization") or config.get("quantization_config") or {}
+    return bytes_of(tensor_shapes(folder), quantization)
+
+
+def bytes_of(
+    shapes: dict[str, tuple[str, tuple[int, ...]]],
+    quantization: dict[str, Any],
+    only: set[str] | None = None,
+) -> ModelBytes:
+    """``model_bytes`` of the tensors in ``only`` (all when None; ``shapes`` still gives
+    each packed weight its scales): a part of a model, e.g. its experts."""
     stored = float32 = quantized = 0
     is_quantized = False
     for name, (dtype, shape) in shapes.items():
+        if only is not None and name not in only:
+            continue
         count = math.prod(shape)
         size = count * DTYPE_BYTES.get(dtype, 4)
         stored += size
