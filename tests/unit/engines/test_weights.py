@@ -87,3 +87,30 @@ def test_model_bytes_match_what_mlx_holds_in_each_form(tmp_path: Path) -> None:
         mx.eval(model.parameters())
         held = sum(a.nbytes for _, a in tree_flatten(model.parameters()))
         assert held == expected, mode
+
+
+def test_quantized_prefill_is_computed_dequantized_and_decode_stays_quantized(
+    tmp_path: Path,
+) -> None:
+    """A pass over many tokens multiplies by the dequantized weight (sgemm); one token keeps
+    MLX's quantized kernel: same logits within float rounding either way."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx_lm import load
+
+    from gateway.bench.synthetic import SyntheticSpec, build_synthetic
+    from gateway.engines.weights import apply_weights
+
+    folder = build_synthetic(
+        SyntheticSpec("llama", quantization={"group_size": 32, "bits": 4}), tmp_path / "m"
+    )
+    plain = load(str(folder))[0]
+    plain.set_dtype(mx.float32)
+    served = load(str(folder), lazy=True)[0]
+    apply_weights(served, "quantized")
+    layers = [m for _, m in served.named_modules() if isinstance(m, nn.QuantizedLinear)]
+    assert layers and all(type(m) is not nn.QuantizedLinear for m in layers)
+    many = mx.array([list(range(300, 340))])
+    one = mx.array([[300]])
+    assert float(mx.abs(served(many) - plain(many)).max()) < 1e-3
+    assert mx.array_equal(served(one), plain(one))
