@@ -17,6 +17,7 @@ BENCHMARKS = {
     "priority": "a user request's time to first token, idle vs 4 background generations",
     "typing": "time to first token cold vs after a ready typing hint (1,500+ token context)",
     "structured": "decode tokens/s with constrained decoding (llguidance) vs without",
+    "embeddings": "POST /v1/embeddings inputs/s for batches of 1, 8 and 32 short texts",
     "versus": "the gateway vs mlx_lm.server: cold, multi-turn and hinted TTFT, decode tokens/s",
     "upstream": "an OpenAI-upstream tier vs the same mlx_lm.server called directly",
     "models": "a 1B-shape 4-bit qwen3 from the HF cache: load, peak RSS, decode, float32 vs 4-bit",
