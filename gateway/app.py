@@ -21,7 +21,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.plugins.pydantic import PydanticPlugin
 from litestar.response import File
 from litestar.static_files import create_static_files_router
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Send
 
 from gateway.config import ConfigError, Settings, TierSettings
 from gateway.engines.backend import Backend
@@ -43,6 +43,7 @@ from gateway.modelstore.store import KNOWN_MODELS, ModelStore
 from gateway.peers.inbox import PeerInbox
 from gateway.peers.nodes import Peers
 from gateway.peers.signing import RequestVerifier
+from gateway.routes.body_guard import BodyGuardMiddleware
 from gateway.routes.chat import ChatController
 from gateway.routes.completions import CompletionsController
 from gateway.routes.embeddings import EmbeddingsController
@@ -277,6 +278,13 @@ class ApiKeyAndMetricsMiddleware(ASGIMiddleware):
                 status = message["status"]
             await send(message)
 
+        async def receive_and_note(message_wait: Receive = receive) -> ReceiveMessage:
+            nonlocal status
+            message = await message_wait()
+            if message["type"] == "http.disconnect" and status == 500:
+                status = 499  # gone before any answer: nginx's code, not a server error
+            return message
+
         try:
             if self.lifecycle.draining:
                 status = 503
@@ -289,7 +297,7 @@ class ApiKeyAndMetricsMiddleware(ASGIMiddleware):
                 raise AuthenticationError(
                     "Incorrect or missing API key (Authorization: Bearer ...)."
                 )
-            await next_app(scope, receive, send_and_count)
+            await next_app(scope, receive_and_note, send_and_count)
         finally:
             # Unmatched paths share one label: a scan of random paths must not grow /metrics.
             route = scope.get("path_template") or "unmatched"
@@ -471,7 +479,8 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
         middleware=[
             ApiKeyAndMetricsMiddleware(
                 settings.api_key, metrics, lifecycle, peers_signed=bool(settings.peers.secret)
-            )
+            ),
+            BodyGuardMiddleware(settings.max_request_bytes, settings.request_body_seconds),
         ],
         request_max_body_size=settings.max_request_bytes,
         # Strict, as OpenAI's API is: "5" is not an integer.

@@ -255,6 +255,11 @@ class Settings(_Section):
         "auto chooses per model. Apple Silicon keeps each model's own form.",
     )
     max_request_bytes: int = Field(4 * 1024**2, ge=1024)
+    request_body_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="A request's body must have arrived this long after its headers (408).",
+    )
     max_completion_tokens: int | None = Field(
         None,
         ge=1,

@@ -8,6 +8,7 @@
     ├── AuthenticationError           401 code=invalid_api_key
     ├── ModelNotFoundError            404 code=model_not_found (also: a tier's model not on disk)
     ├── NotFoundError                 404 (an unknown typing hint, ...)
+    ├── RequestTimeoutError           408 the request's body did not arrive in time
     ├── ConflictError                 409 (a peer built from other task definitions)
     ├── RequestTooLargeError          413
     ├── UnprocessableError            422 (a task's arguments: missing, unknown, too long)
@@ -57,6 +58,12 @@ class NotFoundError(GatewayError):
     status_code = 404
     error_type = "invalid_request_error"
     code = "not_found"
+
+
+class RequestTimeoutError(GatewayError):
+    status_code = 408
+    error_type = "invalid_request_error"
+    code = "request_timeout"
 
 
 class RequestTooLargeError(GatewayError):

@@ -23,7 +23,13 @@ from gateway.errors import (
     QueueFullError,
 )
 from gateway.metrics import GatewayMetrics
-from gateway.peers.signing import TASKS_HASH, PeerAuthError, RequestVerifier
+from gateway.peers.signing import (
+    NONCE,
+    TASKS_HASH,
+    PeerAuthError,
+    RequestVerifier,
+    ResponseSigner,
+)
 from gateway.protocol.peer import (
     Hello,
     SlotState,
@@ -72,6 +78,10 @@ class PeerInbox:
                 f"{ours[:12]}): this node would build other prompts",
                 param="tasks_hash",
             )
+
+    def response_signer(self, headers: Mapping[str, str]) -> ResponseSigner:
+        """Signs the answer to the (checked) request with these headers."""
+        return ResponseSigner(self.verifier.secret.decode(), headers.get(NONCE, ""))
 
     def hello(self) -> Hello:
         prompts = self.tasks.prompts

@@ -24,7 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from gateway.config import PeerSettings
 from gateway.metrics import GatewayMetrics
-from gateway.peers.signing import sign
+from gateway.peers.signing import NONCE, ResponseSigner, sign
 from gateway.protocol.peer import PROTOCOL_VERSION, Hello, Ticket, TicketEvent
 
 log = logging.getLogger(__name__)
@@ -198,6 +198,9 @@ class Peers:
         body = ticket.model_dump_json().encode()
         url = node.url + TICKETS_PATH
         headers = {**self._signed("POST", url, body), "content-type": "application/json"}
+        assert self.settings.secret is not None
+        # The answer must be signed for this very request, event by event.
+        answer_signature = ResponseSigner(self.settings.secret, headers[NONCE])
         started = False
         try:
             async with self._client.stream("POST", url, content=body, headers=headers) as answer:
@@ -209,6 +212,10 @@ class Peers:
                         f"{node.url} answered {answer.status_code}: {answer.text[:200]}"
                     )
                 async for sse in EventSource(answer).aiter_sse():
+                    if not answer_signature.check(sse.event, sse.data, sse.id or None):
+                        raise PeerFailed(
+                            "signature", f"{node.url} sent an event that is not signed for us"
+                        )
                     try:
                         event = _EVENTS.validate_python(json.loads(sse.data))
                     except (ValueError, ValidationError) as exc:

@@ -1,16 +1,22 @@
-"""Signed peer requests: HMAC-SHA256 over method, path, timestamp, nonce and body.
+"""Signed peer requests and responses: HMAC-SHA256 with the shared peer secret.
 
 Every request between peers carries ``X-Peer-Timestamp`` (Unix seconds), ``X-Peer-Nonce``
 (random, used once) and ``X-Peer-Signature`` (hex). A request is refused when the signature
 does not match (constant-time comparison), when its timestamp is outside the replay window,
 or when its nonce was already seen within that window. The secret never travels, and neither
 does a client's API key.
+
+A ticket's answer is signed too (``ResponseSigner``): each Server-Sent Event carries, as its
+``id``, an HMAC over the request's nonce, the event's position, its name and its data, so a
+relay on the path can neither rewrite an event, drop or reorder one, nor replay the answer
+to another request.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -67,13 +73,16 @@ class RequestVerifier:
         expected = hmac.new(
             self.secret, _message(method, path, timestamp, nonce, tasks_hash, body), hashlib.sha256
         ).hexdigest()
-        if not hmac.compare_digest(expected, signature):
+        if not _same(expected, signature):
             raise PeerAuthError("signature", "the request's signature does not match")
         now = self.clock()
         try:
-            age = abs(now - float(timestamp))
+            stamp = float(timestamp)
         except ValueError:
             raise PeerAuthError("timestamp", "the request's timestamp is not a number") from None
+        if not math.isfinite(stamp):  # "nan" compares false with any window: never accepted
+            raise PeerAuthError("timestamp", "the request's timestamp is not a finite number")
+        age = abs(now - stamp)
         if age > self.window:
             raise PeerAuthError(
                 "timestamp",
@@ -87,3 +96,30 @@ class RequestVerifier:
     def _forget(self, now: float) -> None:
         if len(self._seen) > 1024 or any(t < now for t in list(self._seen.values())[:8]):
             self._seen = {n: t for n, t in self._seen.items() if t >= now}
+
+
+def _same(expected: str, given: str) -> bool:
+    """Constant-time comparison that also takes non-ASCII text (a 401, never a TypeError)."""
+    return hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogateescape"))
+
+
+class ResponseSigner:
+    """Signs (on the answering peer) or checks (on the asking node) a ticket's events in order.
+
+    Both sides build one per request, from the request's nonce; the ``n``-th event's
+    signature covers ``n``, so each instance must see the events in the order they were sent.
+    """
+
+    def __init__(self, secret: str, nonce: str) -> None:
+        self._key = secret.encode()
+        self._nonce = nonce
+        self._position = 0
+
+    def sign(self, event: str, data: str) -> str:
+        message = "\n".join([self._nonce, str(self._position), event, data]).encode()
+        self._position += 1
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def check(self, event: str, data: str, signature: str | None) -> bool:
+        expected = self.sign(event, data)
+        return signature is not None and _same(expected, signature)

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.protocol.bounds import MAX_CONTENT_PARTS, MAX_MESSAGES
 from gateway.protocol.openai import (
     FUNCTION_NAME,
     MAX_SCHEMA_DEPTH,
@@ -43,7 +44,7 @@ class ToolResultBlock(StrictModel):
 
     type: Literal["tool_result"]
     tool_use_id: str
-    content: str | list[TextBlock] | None = None
+    content: str | Annotated[list[TextBlock], Field(max_length=MAX_CONTENT_PARTS)] | None = None
     is_error: bool | None = None
 
     def text(self) -> str:
@@ -83,12 +84,14 @@ SUPPORTED_BLOCKS = ("text", "tool_use", "tool_result", "thinking", "redacted_thi
 
 class MessageParam(StrictModel):
     role: Literal["user", "assistant"]
-    content: str | list[ContentBlock]
+    content: str | Annotated[list[ContentBlock], Field(max_length=MAX_CONTENT_PARTS)]
 
     @field_validator("content", mode="before")
     @classmethod
     def _known_blocks(cls, value: Any) -> Any:
         # Named plainly, rather than as a failed match against every block type.
+        if isinstance(value, list) and len(value) > MAX_CONTENT_PARTS:
+            return value  # refused by max_length, without a look at each block
         for block in value if isinstance(value, list) else ():
             kind = block.get("type") if isinstance(block, dict) else None
             if isinstance(kind, str) and kind not in SUPPORTED_BLOCKS:
@@ -165,8 +168,8 @@ class MessagesRequest(StrictModel):
 
     model: str = Field(min_length=1)
     max_tokens: int = Field(ge=1)
-    messages: list[MessageParam] = Field(min_length=1)
-    system: str | list[TextBlock] | None = None
+    messages: list[MessageParam] = Field(min_length=1, max_length=MAX_MESSAGES)
+    system: str | Annotated[list[TextBlock], Field(max_length=MAX_CONTENT_PARTS)] | None = None
     stop_sequences: Annotated[list[str], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
     temperature: float | None = Field(None, ge=0.0, le=1.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
@@ -217,8 +220,8 @@ class CountTokensRequest(StrictModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
     model: str = Field(min_length=1)
-    messages: list[MessageParam] = Field(min_length=1)
-    system: str | list[TextBlock] | None = None
+    messages: list[MessageParam] = Field(min_length=1, max_length=MAX_MESSAGES)
+    system: str | Annotated[list[TextBlock], Field(max_length=MAX_CONTENT_PARTS)] | None = None
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
 
     def system_text(self) -> str | None:

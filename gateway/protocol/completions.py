@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.protocol.openai import (
     MAX_STOP_SEQUENCES,
@@ -32,11 +32,13 @@ class CompletionRequest(StrictModel):
 
     model: str = Field(min_length=1)
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)] = Field(
-        description="A string, or a list of exactly one string."
+        description="A non-empty string, or a list of exactly one."
     )
     suffix: str | None = Field(None, description="Not supported: send none.")
     max_tokens: int | None = Field(
-        LEGACY_DEFAULT_MAX_TOKENS, ge=1, description="OpenAI's default for this endpoint: 16."
+        LEGACY_DEFAULT_MAX_TOKENS,
+        ge=1,
+        description="OpenAI's default for this endpoint: 16 (also when sent as null).",
     )
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
@@ -62,6 +64,20 @@ class CompletionRequest(StrictModel):
         None,
         description="(gateway extension) Scheduling class; also the X-Gateway-Priority header.",
     )
+
+    @field_validator("prompt", mode="after")
+    @classmethod
+    def _not_empty(cls, value: str | list[str]) -> str | list[str]:
+        # An empty prompt gives the model nothing to continue from (no BOS is added here).
+        if (value if isinstance(value, str) else value[0]) == "":
+            raise ValueError("the prompt is empty")
+        return value
+
+    @field_validator("max_tokens", mode="after")
+    @classmethod
+    def _null_is_the_default(cls, value: int | None) -> int:
+        # OpenAI's SDKs send null for "not given": the endpoint's default, not the context.
+        return LEGACY_DEFAULT_MAX_TOKENS if value is None else value
 
     @model_validator(mode="after")
     def _check(self) -> CompletionRequest:

@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.protocol.bounds import MAX_CONTENT_PARTS, MAX_MESSAGES
+
 MAX_STOP_SEQUENCES = 16
 TOKEN_ID = re.compile(r"[0-9]{1,9}")
 MAX_ECHOED_CHARS = 80
@@ -92,7 +94,7 @@ class ToolCall(StrictModel):
 
 class ChatMessage(StrictModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
+    content: str | Annotated[list[ContentPart], Field(max_length=MAX_CONTENT_PARTS)] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = Field(None, description="assistant messages only")
     tool_call_id: str | None = Field(None, description="tool messages: the call answered")
@@ -230,7 +232,7 @@ class ChatCompletionRequest(StrictModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
     model: str = Field(min_length=1)
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)

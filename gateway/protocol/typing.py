@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.protocol.bounds import MAX_MESSAGES
 from gateway.protocol.openai import MAX_TOOLS, ChatMessage, ToolDefinition
 
 HintStateName = Literal["queued", "computing", "ready", "used", "aborted", "superseded", "expired"]
@@ -48,7 +49,10 @@ class TypingHintRequest(BaseModel):
         None, description="Default: the task type's tier, else the default tier."
     )
     messages: list[ChatMessage] | None = Field(
-        None, min_length=1, description="Everything that will precede the message being typed."
+        None,
+        min_length=1,
+        max_length=MAX_MESSAGES,
+        description="Everything that will precede the message being typed.",
     )
     task: TaskHint | None = None
     tools: Annotated[list[ToolDefinition], Field(max_length=MAX_TOOLS)] | None = Field(

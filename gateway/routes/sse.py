@@ -12,6 +12,7 @@ The bytes on the wire are the same; only fewer writes carry them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any, Literal
@@ -26,6 +27,8 @@ from gateway.protocol.peer import TicketError
 from gateway.protocol.responses_events import ResponseErrorEvent
 from gateway.routes.batching import ready_batches
 from gateway.routes.errors import anthropic_error_body, gateway_error_body
+
+log = logging.getLogger(__name__)
 
 SSE_PING_SECONDS = 10
 SSE_SEPARATOR = EventSourceResponse.DEFAULT_SEPARATOR
@@ -50,7 +53,10 @@ class ServerSentEvents(Response[Any]):
         models: AsyncGenerator[BaseModel, None],
         dialect: Literal["openai", "anthropic", "peer", "responses"] = "openai",
         headers: dict[str, str] | None = None,
+        event_ids: Callable[[str, str], str] | None = None,
     ) -> None:
+        """``event_ids``: named dialects only; each event's ``id`` from its name and data (the
+        peers sign their answers this way)."""
         super().__init__(content=None, media_type="text/event-stream")
         if dialect == "openai":
             events = _events(models)
@@ -58,7 +64,7 @@ class ServerSentEvents(Response[Any]):
             body = {"anthropic": _anthropic_error, "responses": _responses_error}.get(
                 dialect, _peer_error
             )
-            events = _named_events(models, body)
+            events = _named_events(models, body, event_ids)
         self.stream = _EventStream(
             events, ping=SSE_PING_SECONDS, headers=headers, sep=SSE_SEPARATOR
         )
@@ -67,8 +73,8 @@ class ServerSentEvents(Response[Any]):
         return self.stream
 
 
-def _framed(data: str, event: str | None = None) -> bytes:
-    return ServerSentEvent(data=data, event=event, sep=SSE_SEPARATOR).encode()
+def _framed(data: str, event: str | None = None, event_id: str | None = None) -> bytes:
+    return ServerSentEvent(data=data, event=event, id=event_id, sep=SSE_SEPARATOR).encode()
 
 
 async def _events(models: AsyncGenerator[BaseModel, None]) -> AsyncIterator[bytes | dict[str, str]]:
@@ -81,7 +87,15 @@ async def _events(models: AsyncGenerator[BaseModel, None]) -> AsyncIterator[byte
         if not isinstance(exc, ShuttingDownError):
             return
         # Stopped by a shutdown: the stream itself is complete, and says so.
+    except Exception as exc:  # a bug or an engine failure: never a silently cut stream
+        yield {"data": gateway_error_body(_unexpected(exc)).model_dump_json()}
     yield {"data": "[DONE]"}
+
+
+def _unexpected(exc: Exception) -> GatewayError:
+    """A failure that is not the gateway's own, logged in full and told as a bare 500."""
+    log.error("stream failed after the 200 was sent", exc_info=exc)
+    return GatewayError("The server had an error while processing your request.")
 
 
 def _anthropic_error(exc: GatewayError) -> BaseModel:
@@ -100,14 +114,21 @@ def _peer_error(exc: GatewayError) -> BaseModel:
 
 
 async def _named_events(
-    models: AsyncGenerator[BaseModel, None], error_body: Callable[[GatewayError], BaseModel]
+    models: AsyncGenerator[BaseModel, None],
+    error_body: Callable[[GatewayError], BaseModel],
+    event_ids: Callable[[str, str], str] | None = None,
 ) -> AsyncIterator[bytes | dict[str, str]]:
+    def framed(name: str, data: str) -> bytes:
+        return _framed(data, name, event_ids(name, data) if event_ids else None)
+
     try:
         async with aclosing(models) as stream, aclosing(ready_batches(stream)) as batches:
             async for batch in batches:
                 yield b"".join(
-                    _framed(model.model_dump_json(), str(getattr(model, "type", "message")))
+                    framed(str(getattr(model, "type", "message")), model.model_dump_json())
                     for model in batch
                 )
     except GatewayError as exc:
-        yield {"event": "error", "data": error_body(exc).model_dump_json()}
+        yield framed("error", error_body(exc).model_dump_json())
+    except Exception as exc:  # never a silently cut stream
+        yield framed("error", error_body(_unexpected(exc)).model_dump_json())

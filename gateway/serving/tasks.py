@@ -10,6 +10,7 @@ the output, and splitting the thinking from the output.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -18,7 +19,7 @@ from typing import Any
 
 from gateway.engines.backend import ChatMessage
 from gateway.errors import NotFoundError, UnprocessableError
-from gateway.protocol.openai import shorten
+from gateway.protocol.openai import MAX_STOP_SEQUENCES, shorten
 from gateway.protocol.tasks import (
     TaskArgument,
     TaskDelta,
@@ -272,9 +273,13 @@ def sampling_arguments(args: dict[str, str], sampling: SamplingRequest) -> Sampl
                 stops = json.loads(text)
                 if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
                     raise ValueError("not a JSON list of strings")
+                if len(stops) > MAX_STOP_SEQUENCES:  # as on /v1/chat/completions
+                    raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences")
                 changes[name] = tuple(stops)
             else:
                 changes[name] = float(text)
+                if not math.isfinite(changes[name]):  # "nan" passes every bound check
+                    raise ValueError(f"not a finite number: {shorten(text)}")
         except ValueError as exc:
             raise UnprocessableError(
                 f"argument {name!r} is malformed: {shorten(str(exc))}", param=f"args.{name}"
