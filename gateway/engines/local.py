@@ -28,6 +28,7 @@ from gateway.engines.backend import (
     ToolSpec,
 )
 from gateway.engines.embedding import EmbeddingInput, Embeddings
+from gateway.engines.prefix_boundaries import RecurringPrefixes, system_boundary
 from gateway.engines.prefix_disk import DiskPrefixes
 from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.residency import LocalModels, Resident
@@ -107,6 +108,8 @@ class LocalBackend:
         self.models = models
         self.scheduler = scheduler
         self.prefix_store = prefix_store
+        # System messages seen lately: their end is saved to disk as an entry of its own.
+        self.recurring = RecurringPrefixes()
         self.capabilities = Capabilities(
             prefix_cache=prefix_store.enabled,
             typing_hints=prefix_store.enabled,  # a warmed cache lives in the store
@@ -146,6 +149,7 @@ class LocalBackend:
 
         def render(runner: ModelRunner) -> Prompt:
             tokens = runner.render_chat(messages, tools=tools, thinking=thinking)
+            self._note_boundary(runner, messages, tools, tokens)
             return Prompt(tuple(tokens), runner.reply_format(tokens, thinking))
 
         return await self._with_runner(render, _characters(messages) + described)
@@ -159,11 +163,24 @@ class LocalBackend:
     async def render_fixed_prefix(
         self, messages: Sequence[ChatMessage], draft: str | None, tools: Sequence[ToolSpec] = ()
     ) -> tuple[int, ...]:
-        tokens = await self._with_runner(
-            lambda runner: fixed_prefix_tokens(runner, messages, draft, tools),
-            _characters(messages) + len(draft or ""),
-        )
+        def render(runner: ModelRunner) -> list[int]:
+            tokens = fixed_prefix_tokens(runner, messages, draft, tools)
+            self._note_boundary(runner, messages, tools, tokens)
+            return tokens
+
+        tokens = await self._with_runner(render, _characters(messages) + len(draft or ""))
         return tuple(tokens)
+
+    def _note_boundary(
+        self,
+        runner: ModelRunner,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        tokens: Sequence[int],
+    ) -> None:
+        """Remember where the system message ends (only worth it with a disk to save it to)."""
+        if self.disk is not None:
+            self.recurring.note(tokens, system_boundary(runner, messages, tools, tokens))
 
     async def _with_runner(self, render: Callable[[ModelRunner], T], characters: int) -> T:
         """Run a (Jinja + tokenizer) rendering in a worker thread; a refusal is a 400.
@@ -248,15 +265,24 @@ class LocalBackend:
         state = self.prefix_store.fetch(self.tier, prompt)
         if self.disk is None:
             return state
-        entry = self.disk.best(
+        hit = self.disk.best(
             runner.model_id, runner.fingerprint, prompt, len(state.tokens) if state else 0
         )
-        cache = self.disk.load(entry) if entry is not None else None
-        if entry is None or cache is None:
+        cache = self.disk.load(hit) if hit is not None else None
+        if hit is None or cache is None:
             return state
-        log.info("tier %s: %d prompt tokens loaded from disk", self.tier, len(entry.tokens))
+        log.info("tier %s: %d prompt tokens loaded from disk", self.tier, len(hit.tokens))
         # Used as it is (no copy): the job's final state, which extends it, goes to memory.
-        return PromptState(cache, entry.tokens)
+        return PromptState(cache, hit.tokens)
+
+    def _save_to_disk(self, runner: ModelRunner, tokens: Sequence[int], cache: Any) -> int:
+        """Save ``tokens``' cache, and its part up to each recurring boundary it goes beyond
+        (saved last: the budget evicts the oldest first); how many files were new."""
+        assert self.disk is not None
+        saved = int(self.disk.save(runner.model_id, runner.fingerprint, tokens, cache))
+        for prefix in self.recurring.within(tokens):
+            saved += self.disk.save(runner.model_id, runner.fingerprint, prefix, cache)
+        return saved
 
     async def persist(self) -> int:
         """Save this tier's in-memory prefix caches to disk (at shutdown); how many were new."""
@@ -266,10 +292,17 @@ class LocalBackend:
         disk = self.disk
 
         def save_all() -> int:
-            return sum(
+            states = self.prefix_store.entries(self.tier)
+            saved = sum(
                 disk.save(runner.model_id, runner.fingerprint, state.tokens, state.cache)
-                for state in self.prefix_store.entries(self.tier)
+                for state in states
             )
+            # Then each recurring boundary, cut from an entry that holds it, newest last.
+            for prefix in self.recurring.snapshot():
+                source = next((s for s in states if s.tokens[: len(prefix)] == prefix), None)
+                if source is not None:
+                    saved += disk.save(runner.model_id, runner.fingerprint, prefix, source.cache)
+            return saved
 
         saved = int(await self.scheduler.run_on_engine_thread(save_all))
         if saved:
@@ -340,7 +373,7 @@ class LocalBackend:
             for done in runner.prefill(tokens[cached:], cache):
                 yield PrefillProgress(cached + done)
             if self.disk is not None:  # complete: worth keeping across a restart
-                self.disk.save(runner.model_id, runner.fingerprint, tokens, cache)
+                self._save_to_disk(runner, tokens, cache)  # never raises: a full disk is logged
         finally:
             # Also when cancelled half-way: what was computed is kept for the next hint.
             offset = runner.cache_length(cache)

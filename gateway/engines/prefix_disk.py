@@ -1,42 +1,70 @@
 """Prefix KV caches on disk, so that a warm system prompt survives a restart.
 
-Entries are mlx-lm prompt caches saved as safetensors (``save_prompt_cache``), one file per
-token prefix, under ``<cache folder>/<model id>/<weights fingerprint>/``: another model or
-another import of the same model (a new fingerprint) never reuses them. Which prefixes are
-stored is decided by the caller (typing hints once they are complete, the in-memory store's
-entries at shutdown). The files are indexed lazily, from their headers only, the first time
-a model asks; an entry is loaded when it covers more of a prompt than memory does. Damaged
-files are skipped with a log line (and removed). A byte budget evicts the least recently used.
+Entries are mlx-lm prompt caches saved as safetensors (``gateway.engines.prefix_file``: a
+checksum and a strictly validated header), one file per token prefix, under
+``<cache folder>/<model id>/<weights fingerprint>/``: another model or another import of the
+same model (a new fingerprint) never reuses them. Which prefixes are stored is decided by the
+caller (typing hints once they are complete, the in-memory store's entries at shutdown, and
+the boundaries that recur: the end of a system message). An entry serves any prompt it shares
+a long enough prefix with, cut back (trimmed) to the common part, as the in-memory store does:
+an entry that ends after one conversation's first question still warms the next one's system
+prompt. The files are indexed lazily, from their headers only, the first time a model asks; an
+entry is loaded when it covers more of a prompt than memory does. Damaged files are removed
+with a log line; files half written (``.partial``) by a crash are removed at start. Saving
+never fails a caller: a full disk is a log line. A byte budget evicts the least recently used.
 Called only from the inference thread (MLX arrays are made and saved there).
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import hashlib
 import json
 import logging
 import os
 import shutil
-import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gateway.engines import prefix_file
+from gateway.engines.prefix_file import PARTIAL_SUFFIX, SUFFIX, DamagedFile, FileHeader
+
 log = logging.getLogger(__name__)
-FORMAT = "1"
-SUFFIX = ".safetensors"
+# A shorter common prefix than this is not worth reading a file for (unless it is the
+# whole entry): a chat template's opening tokens are common to every conversation.
+MIN_REUSE_TOKENS = 32
 
 
 @dataclass(frozen=True)
 class DiskEntry:
     path: Path
-    model: str
-    fingerprint: str
-    tokens: tuple[int, ...]
+    header: FileHeader
     nbytes: int
     modified: float
+
+    @property
+    def model(self) -> str:
+        return self.header.model
+
+    @property
+    def fingerprint(self) -> str:
+        return self.header.fingerprint
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        return self.header.tokens
+
+
+@dataclass(frozen=True)
+class DiskHit:
+    """An entry and the prompt tokens it serves: all of its own, or a prefix of them."""
+
+    entry: DiskEntry
+    tokens: tuple[int, ...]
 
 
 def weights_fingerprint(folder: Path, form: str = "") -> str:
@@ -53,110 +81,176 @@ def weights_fingerprint(folder: Path, form: str = "") -> str:
     return digest.hexdigest()[:16]
 
 
-def read_header(path: Path) -> dict[str, str]:
-    """A safetensors file's metadata, without reading its tensors."""
-    with path.open("rb") as file:
-        (length,) = struct.unpack("<Q", file.read(8))
-        if length > 64 * 1024 * 1024:
-            raise ValueError("header too large")
-        header = json.loads(file.read(length))
-    metadata = header.get("__metadata__")
-    if not isinstance(metadata, dict):
-        raise ValueError("no metadata")
-    # mlx-lm stores [metadata, cache classes, scalars] flattened: ours are the "0." keys.
-    return {k[2:]: v for k, v in metadata.items() if k.startswith("0.")}
+def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """How many leading tokens ``a`` and ``b`` share, at most ``limit`` (slices compare in C)."""
+    low, high = 0, min(len(a), len(b), limit)
+    if tuple(a[:high]) == tuple(b[:high]):
+        return high
+    while low < high:  # the invariant: a[:low] == b[:low], a[:high + 1] != b[:high + 1]
+        middle = (low + high + 1) // 2
+        if tuple(a[:middle]) == tuple(b[:middle]):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def cut_to(cache: list[Any], tokens: int) -> list[Any] | None:
+    """A view of ``cache`` holding exactly its first ``tokens`` (None if it cannot be cut).
+
+    The stored cache is not touched: each layer is a shallow copy. A plain ``KVCache``
+    saves its whole buffer (grown in 256-token steps), so its copy gets slices of exactly
+    ``tokens``; other trimmable caches are trimmed (mlx-lm's trim moves only the offset).
+    """
+    from mlx_lm.models.cache import KVCache, can_trim_prompt_cache, trim_prompt_cache
+
+    length = int(getattr(cache[0], "offset", 0)) if cache else 0
+    if length < tokens:
+        return None
+    view = [copy.copy(layer) for layer in cache]
+    for layer in view:
+        if type(layer) is KVCache and layer.keys is not None and layer.values is not None:
+            layer.keys = layer.keys[..., :tokens, :]
+            layer.values = layer.values[..., :tokens, :]
+            layer.offset = tokens
+    others = [layer for layer in view if type(layer) is not KVCache]
+    if length == tokens or not others:
+        return view
+    if not can_trim_prompt_cache(others):
+        return None
+    trim_prompt_cache(others, length - tokens)
+    return view
 
 
 class DiskPrefixes:
+    """The saved prefix caches of every model, under one folder and one byte budget."""
+
     def __init__(self, folder: Path, max_bytes: int) -> None:
         self.folder = folder
         self.max_bytes = max_bytes
         self.enabled = max_bytes > 0
         self._index: dict[tuple[str, str], list[DiskEntry]] = {}
+        self._remove_partials()
+
+    def _remove_partials(self) -> None:
+        """Files a crash (or a full disk) left half written are never read: they only fill
+        the disk. (A ``gateway cache list`` while a gateway saves may remove the file being
+        written; that save then fails soft, with a log line.)"""
+        if not self.folder.is_dir():
+            return
+        for partial in self.folder.glob(f"*/*/*{PARTIAL_SUFFIX}"):
+            try:
+                partial.unlink()
+                log.info("removed the partly written prefix cache file %s", partial)
+            except OSError as exc:
+                log.warning("cannot remove %s (%s)", partial, exc)
 
     # -- reading -------------------------------------------------------------------------------
 
     def entries(self, model: str, fingerprint: str) -> list[DiskEntry]:
         key = (model, fingerprint)
         if key not in self._index:
-            self._index[key] = self._scan(self.folder / model / fingerprint, model, fingerprint)
+            folder = self.folder / model / fingerprint
+            self._index[key] = self._scan(folder, model, fingerprint, remove_damaged=True)
         return self._index[key]
 
-    def _scan(self, folder: Path, model: str, fingerprint: str) -> list[DiskEntry]:
+    def _scan(
+        self, folder: Path, model: str, fingerprint: str, remove_damaged: bool
+    ) -> list[DiskEntry]:
         found = []
-        for path in sorted(folder.glob(f"*{SUFFIX}")) if folder.is_dir() else []:
+        paths = sorted(folder.glob(f"*{SUFFIX}")) if folder.is_dir() else []
+        for path in (p for p in paths if not p.name.endswith(PARTIAL_SUFFIX)):
             try:
-                meta = read_header(path)
-                if meta.get("gateway_format") != FORMAT or meta.get("fingerprint") != fingerprint:
-                    raise ValueError("written for another format or import")
-                tokens = tuple(int(t) for t in json.loads(meta["tokens"]))
+                header = prefix_file.read_header(path)
+                if header.model != model or header.fingerprint != fingerprint:
+                    raise DamagedFile("written for another model or import")
                 stat = path.stat()
-            except (OSError, ValueError, KeyError, struct.error, TypeError) as exc:
+            except (OSError, DamagedFile) as exc:
                 log.warning("prefix cache file %s ignored (%s)", path, exc)
+                if remove_damaged:
+                    path.unlink(missing_ok=True)
                 continue
-            found.append(DiskEntry(path, model, fingerprint, tokens, stat.st_size, stat.st_mtime))
+            found.append(DiskEntry(path, header, stat.st_size, stat.st_mtime))
         return found
 
     def best(
         self, model: str, fingerprint: str, prompt: Sequence[int], better_than: int
-    ) -> DiskEntry | None:
-        """The stored entry that covers the most of ``prompt`` (leaving a token to feed)."""
-        if not self.enabled:
+    ) -> DiskHit | None:
+        """The stored entry sharing the longest prefix with ``prompt`` (leaving a token to
+        feed), if it covers more than ``better_than`` tokens; the smaller file on a tie."""
+        if not self.enabled or len(prompt) < 2:
             return None
-        best: DiskEntry | None = None
+        prompt = tuple(prompt)
+        best: tuple[int, int, DiskEntry] | None = None  # (covered, -bytes, entry)
         for entry in self.entries(model, fingerprint):
-            size = len(entry.tokens)
-            longer = best is None or size > len(best.tokens)
-            if longer and better_than < size < len(prompt) and tuple(prompt[:size]) == entry.tokens:
-                best = entry
-        return best
+            if entry.tokens[0] != prompt[0]:
+                continue
+            covered = common_prefix(entry.tokens, prompt, len(prompt) - 1)
+            whole = covered == len(entry.tokens)
+            if not whole and (not entry.header.trimmable or covered < MIN_REUSE_TOKENS):
+                continue
+            if covered > better_than and (best is None or (covered, -entry.nbytes) > best[:2]):
+                best = (covered, -entry.nbytes, entry)
+        if best is None:
+            return None
+        return DiskHit(best[2], prompt[: best[0]])
 
-    def load(self, entry: DiskEntry) -> list[Any] | None:
-        """The entry's KV cache, or None (logged, removed) if the file is damaged."""
-        from mlx_lm.models.cache import load_prompt_cache
-
+    def load(self, hit: DiskHit) -> list[Any] | None:
+        """The hit's KV cache, cut to its tokens, or None (logged, removed) if it is damaged."""
+        entry = hit.entry
         try:
-            cache: list[Any] = load_prompt_cache(str(entry.path))
-            if not cache or int(cache[0].offset) != len(entry.tokens):
-                raise ValueError("its cache does not hold its tokens")
+            cache = prefix_file.load(entry.path, entry.header)
+            cut = cut_to(cache, len(hit.tokens))
+            if cut is None:
+                raise DamagedFile("its cache cannot be cut to the common prefix")
         except Exception as exc:  # a damaged file is any error at all: never fatal
             log.warning("prefix cache file %s ignored (%s)", entry.path, exc)
             self._remove(entry)
             return None
-        os.utime(entry.path)  # recently used: evicted last
-        return cache
+        with contextlib.suppress(OSError):
+            os.utime(entry.path)  # recently used: evicted last
+        return cut
 
     # -- writing -------------------------------------------------------------------------------
 
     def save(self, model: str, fingerprint: str, tokens: Sequence[int], cache: list[Any]) -> bool:
-        """Store ``cache`` (holding exactly ``tokens``); False if it was there or too big."""
-        from mlx_lm.models.cache import save_prompt_cache
-
+        """Store the first ``len(tokens)`` tokens of ``cache`` (which holds ``tokens`` and
+        perhaps more); False if it was there, too big, or could not be written (a full disk:
+        logged, the partial file removed; never raised)."""
         if not self.enabled or not tokens:
             return False
         tokens = tuple(tokens)
         entries = self.entries(model, fingerprint)
         if any(entry.tokens == tokens for entry in entries):
             return False
+        view = cut_to(cache, len(tokens))
+        if view is None:
+            return False
         folder = self.folder / model / fingerprint
-        folder.mkdir(parents=True, exist_ok=True)
         name = hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:32]
         path = folder / f"{name}{SUFFIX}"
-        partial = folder / f".{name}.partial{SUFFIX}"
+        partial = folder / f".{name}{PARTIAL_SUFFIX}"
         metadata = {
-            "gateway_format": FORMAT,
             "model": model,
             "fingerprint": fingerprint,
             "tokens": json.dumps(tokens),
             "saved_at": str(time.time()),
         }
-        save_prompt_cache(str(partial), cache, metadata)
-        size = partial.stat().st_size
-        if size > self.max_bytes:
-            partial.unlink()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            prefix_file.write(partial, view, metadata)
+            size = partial.stat().st_size
+            if size > self.max_bytes:
+                partial.unlink()
+                return False
+            partial.replace(path)  # atomic: a reader never sees half a file
+            header = prefix_file.read_header(path)
+        except Exception as exc:  # a full disk, a read-only folder: the caller goes on
+            log.warning("prefix cache of %d tokens not saved to disk (%s)", len(tokens), exc)
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
             return False
-        partial.replace(path)  # atomic: a reader never sees half a file
-        entries.append(DiskEntry(path, model, fingerprint, tokens, size, time.time()))
+        entries.append(DiskEntry(path, header, size, time.time()))
         self._evict()
         return True
 
@@ -170,21 +264,24 @@ class DiskPrefixes:
             total -= entry.nbytes
 
     def _remove(self, entry: DiskEntry) -> None:
-        entry.path.unlink(missing_ok=True)
+        try:
+            entry.path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("cannot remove %s (%s)", entry.path, exc)
         for entries in self._index.values():
-            if entry in entries:
-                entries.remove(entry)
+            for known in [e for e in entries if e.path == entry.path]:
+                entries.remove(known)
 
     # -- the command line ----------------------------------------------------------------------
 
     def list(self) -> list[DiskEntry]:
-        """Every stored entry, of every model and import."""
+        """Every stored entry, of every model and import (damaged files are left alone)."""
         found: list[DiskEntry] = []
         if not self.folder.is_dir():
             return found
         for model_folder in sorted(p for p in self.folder.iterdir() if p.is_dir()):
             for print_folder in sorted(p for p in model_folder.iterdir() if p.is_dir()):
-                found += self._scan(print_folder, model_folder.name, print_folder.name)
+                found += self._scan(print_folder, model_folder.name, print_folder.name, False)
         return found
 
     def clear(self) -> int:

@@ -77,3 +77,63 @@ def test_a_restart_keeps_the_system_prompt_warm(tmp_path: Path) -> None:
     assert "ignored" in third.log()
     assert "removed" in cache_command(workdir, "clear")
     assert "0 saved prefix caches" in cache_command(workdir, "list")
+
+
+# A system prompt of 800+ tokens (issue 23): a different conversation after a restart reuses it.
+LONG_SYSTEM = " ".join(
+    f"Rule {n}: when a visitor asks about item {n} of the collection, answer briefly, cite the "
+    f"catalogue number MM-{n:04d}, and mention which gallery holds it."
+    for n in range(1, 31)
+)
+
+
+def system_tokens(system: str) -> int:
+    """Tokens of the system message as the template renders it (its turn, closed)."""
+    from transformers import AutoTokenizer
+
+    from gateway.config import default_cache_dir
+    from gateway.modelstore.store import ModelStore
+
+    folder = ModelStore(default_cache_dir()).ensure("smollm2-135m-instruct")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "system", "content": system}], add_generation_prompt=False, tokenize=False
+    )
+    return len(tokenizer.encode(rendered, add_special_tokens=False))
+
+
+def chat(base_url: str, system: str, question: str) -> dict[str, object]:
+    body = {
+        "model": "smollm2-135m-instruct",
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": question},
+        ],
+        "max_tokens": 4,
+        "temperature": 0,
+    }
+    answer = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["usage"]  # type: ignore[no-any-return]
+
+
+def test_a_restart_warms_the_system_prompt_of_a_different_conversation(tmp_path: Path) -> None:
+    needed = system_tokens(LONG_SYSTEM)
+    assert needed >= 800
+    workdir = tmp_path / "node"
+    first = start_gateway(workdir)
+    try:  # no typing hint: only the conversation's own cache, saved at SIGTERM
+        chat(first.base_url, LONG_SYSTEM, "Which ships do you have?")
+    finally:
+        first.stop()
+    second = start_gateway(workdir)
+    try:
+        warm = chat(second.base_url, LONG_SYSTEM, "Do you have maps of the Baltic?")
+    finally:
+        second.stop()
+    cached = warm["prompt_tokens_details"]["cached_tokens"]  # type: ignore[index]
+    print(f"system prompt {needed} tokens; cached after the restart: {cached}")
+    assert cached >= needed
+    # The end of the system message was saved as an entry of its own, beside the conversation.
+    sizes = [int(line.split()[2]) for line in cache_command(workdir, "list").splitlines()[:-1]]
+    assert needed - 1 <= min(sizes) <= needed + 1
