@@ -1,79 +1,115 @@
-"""Where the gateway's own host time goes: a per-thread profile of a serving process.
+"""Where the gateway's own host time goes: a per-thread sampling profile of a serving process.
 
-Set ``GATEWAY_PROFILE_DIR`` and ``gateway serve`` profiles its event loop (the main thread)
-and every thread it starts (the inference thread, rendering workers) with ``cProfile``, each
-thread with its own profiler; at shutdown it writes one ``.pstats`` file and one text summary
-per thread into that folder. For benchmarks only (``gateway bench ceiling`` reads them): a
-deterministic profiler slows Python-heavy code, so its rates are not the served rates and its
-shares are what to read.
+Set ``GATEWAY_PROFILE_DIR`` and ``gateway serve`` samples, once it serves, the Python stack of
+each of its threads (the event loop, the inference thread, rendering workers) every
+``SAMPLE_SECONDS``; at shutdown it writes one text summary per thread into that folder: the
+functions seen running (own time) and on the stack (cumulative), as shares of the samples. A
+thread waiting in C (``epoll``, an MLX evaluation with the GIL released) shows at the Python
+line that called it, so idle time is visible as such.
+
+Sampling rather than ``cProfile``: since Python 3.12 ``cProfile`` sits on ``sys.monitoring``,
+whose tools are per interpreter, not per thread (a second thread's profiler cannot start: seen
+on the device machine, where it hung the inference thread), and a deterministic profiler
+slows Python-heavy code several times. For benchmarks only (``gateway bench ceiling``).
 """
 
 from __future__ import annotations
 
-import cProfile
-import io
 import os
-import pstats
 import re
 import sys
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 PROFILE_DIR_ENV = "GATEWAY_PROFILE_DIR"
-SUMMARY_LINES = 40
+SAMPLE_SECONDS = 0.002
+SUMMARY_LINES = 30
+MAX_DEPTH = 200
 
 
-class ThreadProfiles:
-    """Per-thread profilers, enabled once the server has started (its start-up, imports and
-    model load are not what is measured) and written when it stops."""
+def _where(frame: FrameType) -> str:
+    code = frame.f_code
+    path = code.co_filename
+    for marker in ("site-packages/", "/gateway/", "/lib/python"):
+        if marker in path:
+            path = path[path.index(marker) + len(marker) :]
+            break
+    return f"{path}:{code.co_firstlineno}({code.co_name})"
 
-    def __init__(self, folder: Path) -> None:
+
+class ThreadSampler:
+    """Samples every thread's stack from a thread of its own, between ``start`` and
+    ``finish``; ``finish`` writes the summaries (once)."""
+
+    def __init__(self, folder: Path, interval: float = SAMPLE_SECONDS) -> None:
         self.folder = folder
-        self.profilers: dict[str, cProfile.Profile] = {}
-        self.serving = threading.Event()
-        self._lock = threading.Lock()
+        self.interval = interval
+        self.own: dict[str, Counter[str]] = {}  # thread name -> innermost function counts
+        self.cumulative: dict[str, Counter[str]] = {}  # thread name -> functions on the stack
+        self.samples: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self._finished = False
 
-    def _in_thread(self, frame: FrameType, event: str, arg: Any) -> None:
-        # Installed in every thread started from now on: until serving starts this stays the
-        # thread's profile function; then the thread's own profiler replaces it.
-        if not self.serving.is_set():
-            return
-        profiler = cProfile.Profile()
-        with self._lock:
-            self.profilers[threading.current_thread().name] = profiler
-        profiler.enable()
-
-    def install(self) -> None:
-        """Before the threads are started (the server's start-up)."""
-        threading.setprofile(self._in_thread)
-
     def start(self) -> None:
-        """Serving has begun: profile the event loop (this thread) and the other threads."""
-        main = cProfile.Profile()
-        self.profilers["main (event loop)"] = main
-        self.serving.set()
-        main.enable()
+        self._thread = threading.Thread(target=self._run, name="profile-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        names: dict[int, str] = {}
+        while not self._stop.wait(self.interval):
+            frames = sys._current_frames()
+            if any(ident not in names for ident in frames):
+                names = {t.ident: t.name for t in threading.enumerate() if t.ident is not None}
+            for ident, frame in frames.items():
+                if ident != me:
+                    self._count(names.get(ident, str(ident)), frame)
+
+    def _count(self, thread: str, frame: FrameType) -> None:
+        self.samples[thread] += 1
+        self.own.setdefault(thread, Counter())[_where(frame)] += 1
+        seen: set[str] = set()
+        current: FrameType | None = frame
+        while current is not None and len(seen) < MAX_DEPTH:
+            seen.add(_where(current))
+            current = current.f_back
+        self.cumulative.setdefault(thread, Counter()).update(seen)
 
     def finish(self) -> None:
-        """Stop and write the profiles (once)."""
         if self._finished:
             return
         self._finished = True
-        main = self.profilers.get("main (event loop)")
-        if main is not None:
-            main.disable()
-        threading.setprofile(None)  # type: ignore[arg-type]
-        write_profiles(self.folder, self.profilers)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.write()
+
+    def write(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for thread, total in self.samples.items():
+            lines = [f"{thread}: {total} samples, one every {self.interval * 1e3:g} ms"]
+            for title, counts in (
+                ("own (innermost Python frame)", self.own[thread]),
+                ("cumulative (on the stack)", self.cumulative[thread]),
+            ):
+                lines.append(f"\n{title}:")
+                lines += [
+                    f"{100 * n / total:6.1f}%  {where}"
+                    for where, n in counts.most_common(SUMMARY_LINES)
+                ]
+            slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", thread).strip("_")
+            (self.folder / f"{slug}.txt").write_text("\n".join(lines) + "\n")
+        print(f"profiles of {len(self.samples)} threads in {self.folder}", file=sys.stderr)
 
 
 @contextmanager
-def maybe_profile_threads() -> Iterator[ThreadProfiles | None]:
-    """Per-thread profiles of this server if ``GATEWAY_PROFILE_DIR`` is set, else None.
+def maybe_profile_threads() -> Iterator[ThreadSampler | None]:
+    """A sampler for this server if ``GATEWAY_PROFILE_DIR`` is set, else None.
 
     The server calls ``start`` once it serves and ``finish`` at the end of its shutdown:
     uvicorn ends a process stopped by a signal by raising that signal again once it has shut
@@ -83,25 +119,8 @@ def maybe_profile_threads() -> Iterator[ThreadProfiles | None]:
     if not folder:
         yield None
         return
-    profiles = ThreadProfiles(Path(folder))
-    profiles.install()
+    sampler = ThreadSampler(Path(folder))
     try:
-        yield profiles
+        yield sampler
     finally:
-        profiles.finish()
-
-
-def write_profiles(folder: Path, profilers: dict[str, cProfile.Profile]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, profiler in profilers.items():
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
-        try:
-            profiler.create_stats()
-            stats = pstats.Stats(profiler)
-        except (TypeError, ValueError):  # a thread that never ran a profiled call
-            continue
-        stats.dump_stats(str(folder / f"{slug}.pstats"))
-        text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(SUMMARY_LINES)
-        (folder / f"{slug}.txt").write_text(text.getvalue())
-    print(f"profiles of {len(profilers)} threads written to {folder}", file=sys.stderr)
+        sampler.finish()

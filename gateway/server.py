@@ -15,7 +15,7 @@ from types import FrameType
 
 import uvicorn
 
-from gateway.profiling import ThreadProfiles
+from gateway.profiling import ThreadSampler
 
 
 class GatewayServer(uvicorn.Server):
@@ -23,7 +23,7 @@ class GatewayServer(uvicorn.Server):
         self,
         config: uvicorn.Config,
         drain: Callable[[], Awaitable[None]],
-        profiles: ThreadProfiles | None = None,
+        profiles: ThreadSampler | None = None,
     ) -> None:
         super().__init__(config)
         self._drain = drain

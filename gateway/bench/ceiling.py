@@ -354,9 +354,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     profiles: dict[str, dict[str, str]] = {}
     if args.profile_dir:
         for who in gateways:
-            profiles[who] = profiled_run(
-                Path(args.profile_dir) / who, config, envs[who], cwds[who], args.max_tokens
-            )
+            try:
+                profiles[who] = profiled_run(
+                    Path(args.profile_dir) / who, config, envs[who], cwds[who], args.max_tokens
+                )
+            except (httpx.HTTPError, RuntimeError) as exc:  # the measurements above stand
+                profiles[who] = {"error": f"{type(exc).__name__}: {exc}"}
     profile = step_profile(model)
     summaries = {name: Summary.of(values) for name, values in rates.items()}
     cpu_summaries = {name: Summary.of(values) for name, values in cpu_per_token.items()}
