@@ -11,6 +11,12 @@ tokens are sent at once and the generation goes on after them from their KV cach
 (``GenerationRequest.resume``: the detokenizer takes them in first), so the response is
 token-identical to a run without speculation; a speculation still running then is stopped
 and what it has computed so far is used. Otherwise the speculation is dropped and counted.
+
+Whatever the request's ``max_tokens``: its answer is the first ``max_tokens`` speculated
+tokens (``Speculation.answer_for``). One that ended sooner is sent whole with its ``stop``;
+one cut short sends all but the last at once and generates that last token again from the
+cached KV (one decode step): only a generation that ends there flushes the detokenizer's
+held-back tail into the last token's text, and so ends exactly as a run without a hint.
 """
 
 from __future__ import annotations
@@ -59,9 +65,29 @@ class Speculation:
     def token_ids(self) -> tuple[int, ...]:
         return tuple(t for event in self.events for t in event.token_ids)
 
+    def answer_for(self, max_tokens: int | None) -> tuple[list[TokenEvent], Finished | None]:
+        """The events to send at once to a request allowed ``max_tokens``, and the answer's
+        end if it is among them (else the generation continues after the events)."""
+        finished = self.finished
+        if finished is not None and (
+            max_tokens is None or finished.completion_tokens <= max_tokens
+        ):
+            return self.events, finished
+        if max_tokens is None or max_tokens > len(self.token_ids):
+            return self.events, None
+        kept: list[TokenEvent] = []
+        tokens = 0
+        for event in self.events:  # up to the last token, which is generated again
+            if tokens + len(event.token_ids) > max_tokens - 1:
+                break
+            kept.append(event)
+            tokens += len(event.token_ids)
+        return kept, None
 
-def serves(params: SamplingParams, speculation: SamplingParams, speculated: int) -> bool:
-    """Whether a request with ``params`` produces exactly what a speculation did."""
+
+def serves(params: SamplingParams, speculation: SamplingParams) -> bool:
+    """Whether a request with ``params`` starts exactly as a speculation did (whatever its
+    ``max_tokens``: a shorter request gets the first of its tokens)."""
     same_draws = (params.temperature == 0 and speculation.temperature == 0) or (
         params.temperature == speculation.temperature
         and params.seed is not None
@@ -77,7 +103,6 @@ def serves(params: SamplingParams, speculation: SamplingParams, speculated: int)
         and not params.presence_penalty
         and not params.frequency_penalty
         and not params.stop
-        and (params.max_tokens is None or params.max_tokens > speculated)
     )
 
 
@@ -183,7 +208,8 @@ class Speculator:
             if running:
                 self.metrics.speculations.labels("adopted_running").inc()
             self.metrics.speculations.labels("used").inc()
-            self.metrics.speculated_tokens_served.inc(len(speculation.token_ids))
+            served, _ = speculation.answer_for(params.max_tokens)
+            self.metrics.speculated_tokens_served.inc(sum(len(e.token_ids) for e in served))
             return speculation
         return None
 
@@ -196,7 +222,7 @@ class Speculator:
             return "incomplete"
         if speculation.prompt != tuple(prompt):
             return "mismatch"
-        if not serves(params, speculation.sampling, len(speculation.token_ids)):
+        if not serves(params, speculation.sampling):
             return "sampling"
         return None
 
@@ -229,10 +255,12 @@ async def speculated_events(
     """The request's events: the speculated tokens at once, then the generation after them."""
     prompt_tokens = len(request.prompt.tokens or ())
     yield Started(prompt_tokens, prompt_tokens)
-    for token in speculation.events:
+    events, finished = speculation.answer_for(request.params.max_tokens)
+    for token in events:
         yield token
-    if speculation.finished is not None:
-        yield speculation.finished
+    if finished is not None:
+        yield finished
         return
-    async for event in continued(backend, request, speculation.token_ids):
+    sent = tuple(t for event in events for t in event.token_ids)
+    async for event in continued(backend, request, sent):
         yield event
