@@ -35,6 +35,11 @@ class SchedulerSettings(_Section):
     max_queued_user: int = Field(64, ge=1, description="Waiting user jobs before 429.")
     max_queued_task: int = Field(64, ge=1, description="Waiting task jobs before 429.")
     max_queued_background: int = Field(256, ge=1, description="Waiting background jobs before 429.")
+    max_queued_hints: int = Field(
+        8,
+        ge=1,
+        description="Typing-hint prefills waiting in their lane; beyond it the oldest is dropped.",
+    )
     max_queue_wait_seconds: float = Field(300.0, gt=0, description="A job waiting longer gets 503.")
     ageing_seconds: float = Field(
         60.0, gt=0, description="A background job waiting this long competes as a task job."

@@ -296,7 +296,7 @@ class Warmable(Protocol):
         whole words."""
         ...
 
-    async def warm(self, hint_id: str, tokens: Sequence[int]) -> Warmup:
+    async def warm(self, hint_id: str, tokens: Sequence[int], session: str | None = None) -> Warmup:
         """Queue a pre-prefill of ``tokens`` into the prefix cache (raises 429 when full)."""
         ...
 

@@ -216,7 +216,7 @@ class LocalBackend:
                 else await self.render(request.messages, request.tools)
             )
             request = replace(request, prompt=prompt)
-        runner = await self.models.acquire(self.resident, request.priority)
+        runner = self._paced(await self.models.acquire(self.resident, request.priority))
         try:
             job = Job(
                 priority=request.priority,
@@ -347,17 +347,19 @@ class LocalBackend:
 
     # -- typing hints ------------------------------------------------------------------------
 
-    async def warm(self, hint_id: str, tokens: Sequence[int]) -> LocalWarmup:
-        runner = await self.models.acquire(self.resident)
+    async def warm(
+        self, hint_id: str, tokens: Sequence[int], session: str | None = None
+    ) -> LocalWarmup:
+        runner = self._paced(await self.models.acquire(self.resident))
         job = Job(
             Priority.USER,
             work=lambda: self._prefill(runner, list(tokens)),
             kind="prefill",
-            preemptible=False,
             id=f"prefill-{hint_id}",
         )
         try:
-            self.scheduler.submit(job)
+            # The hint lane: bounded, newest per session, paused by any user request.
+            self.scheduler.submit_hint(job, session)
         except BaseException:
             self.models.release(self.resident)
             raise
@@ -379,6 +381,12 @@ class LocalBackend:
             offset = runner.cache_length(cache)
             if offset > 0:
                 self.prefix_store.insert(self.tier, PromptState(cache, tuple(tokens[:offset])))
+
+    def _paced(self, runner: ModelRunner) -> ModelRunner:
+        """Prefill chunks sized by the scheduler (who may be waiting), where the runner can."""
+        if hasattr(runner, "prefill_pacer"):
+            runner.prefill_pacer = self.scheduler.prefill_chunk
+        return runner
 
     def note_typing(self) -> None:
         self.scheduler.note_typing()

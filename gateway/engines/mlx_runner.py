@@ -148,6 +148,9 @@ class MLXRunner:
             # Each chunk dequantizes every layer once (gateway.engines.weights): longer
             # chunks spread that cost over more tokens.
             self.prefill_chunk_tokens = max(self.prefill_chunk_tokens, QUANTIZED_CPU_CHUNK)
+        # The chunk size the scheduler wants now, from this engine's own (the scheduler's
+        # prefill_chunk: small while a user may be waiting); None: always the engine's own.
+        self.prefill_pacer: Callable[[int], int] | None = None
         self.template_knows_tools = template_knows_tools(
             getattr(self.tokenizer, "chat_template", None)
         )
@@ -255,11 +258,15 @@ class MLXRunner:
 
         done = 0
         while done < len(tokens):
-            chunk = list(tokens[done : done + self.prefill_chunk_tokens])
+            chunk = list(tokens[done : done + self._chunk_tokens()])
             self.model(mx.array(chunk)[None], cache=cache)
             mx.eval([c.state for c in cache])
             done += len(chunk)
             yield done
+
+    def _chunk_tokens(self) -> int:
+        pacer = self.prefill_pacer
+        return self.prefill_chunk_tokens if pacer is None else pacer(self.prefill_chunk_tokens)
 
     # -- embeddings --------------------------------------------------------------------------
 
@@ -331,9 +338,11 @@ class MLXRunner:
                 generation._released_offset = 0
 
         uncached = prompt[generation.cached_tokens :]
-        chunk = self.prefill_chunk_tokens
         # Whole chunks are prefilled first, so that a long prompt can be paused or cancelled
-        # between them; the last (partial) chunk goes with the first token's pass.
+        # between them; the last (partial) chunk goes with the first token's pass. The
+        # head's chunks are sized one by one (``prefill_pacer``), the tail's size by the
+        # chunk wanted now.
+        chunk = self._chunk_tokens()
         head = len(uncached) - (len(uncached) % chunk or chunk) if len(uncached) > chunk else 0
         max_tokens = params.max_tokens or self.context_length - len(prompt)
         steps = self._sampled_tokens(

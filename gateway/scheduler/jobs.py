@@ -69,6 +69,9 @@ class Job:
     submitted_at: float = field(default_factory=time.monotonic)
     started_at: float | None = None
     preemptions: int = 0
+    # A typing hint's prefill (``Scheduler.submit_hint``): its own lane, below user jobs.
+    hint: bool = False
+    session: str | None = None
     error: BaseException | None = None
     # Set by the scheduler thread or event loop; read by the inference thread between steps.
     cancel_requested: bool = False

@@ -1,6 +1,10 @@
 """The single-slot scheduler: one inference at a time, the rest ordered by class and gates.
 
 One asyncio task (the dispatcher) owns the queues and the slot; handlers only ``submit``.
+Typing-hint prefills wait in a lane of their own (``submit_hint``): bounded, the newest per
+session kept, after every waiting user job and before task work, and paused by a user job like
+any background work (a flood of hints once filled the user queue: a chat got a 429).
+
 Engine work runs on one dedicated thread, so two jobs can never compute at once, and MLX's
 thread-local generation stream stays on one thread. A running job returns control at every
 step (token) boundary, where it can be cancelled or preempted; a preempted job keeps its
@@ -27,6 +31,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.scheduler.gates import GATE_NAMES, Gates
 from gateway.scheduler.handoff import EventHandoff
 from gateway.scheduler.jobs import Job, JobState, Priority
+from gateway.scheduler.pacing import prefill_chunk_tokens
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
@@ -43,9 +48,12 @@ class SchedulerConfig:
     typing_quiet: float = 2.0
     max_paused_with_memory: int = 4
     prefill_freeze_max: float = 5.0
+    max_queued_hints: int = 8
 
 
 SPECULATION = "speculation"  # the job kind of speculative first tokens
+HINT_LANE = "hint"  # the hint queue's label (metrics, snapshot)
+HINT_RANK = 0.5  # after user jobs, before task work
 
 
 class _SliceEnd:
@@ -66,6 +74,7 @@ class Scheduler:
         self.clock = clock
         self.gates = Gates(config.pipeline_grace, config.typing_quiet, config.prefill_freeze_max)
         self.queues: dict[Priority, deque[Job]] = {p: deque() for p in Priority}
+        self.hint_queue: deque[Job] = deque()
         self.running: Job | None = None
         self.completed = 0
         self.max_occupancy_seen = 0
@@ -88,7 +97,7 @@ class Scheduler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for queue in self.queues.values():
+        for queue in self._all_queues():
             while queue:
                 self._finish(
                     queue.popleft(), JobState.CANCELLED, ServiceUnavailableError("shutting down")
@@ -124,6 +133,42 @@ class Scheduler:
         self._changed()
         return job
 
+    def submit_hint(self, job: Job, session: str | None) -> Job:
+        """Queue a typing hint's prefill in the hint lane; never refused.
+
+        A newer hint of the same session replaces a queued one, and beyond
+        ``max_queued_hints`` the oldest waiting hint is dropped: hints are advice, the
+        newest is the best advice, and none of them may crowd out a request.
+        """
+        job.hint, job.session, job.preemptible = True, session, True
+        for old in [j for j in self.hint_queue if session is not None and j.session == session]:
+            old.cancel()
+        while len(self.hint_queue) >= self.config.max_queued_hints:
+            oldest = next((j for j in self.hint_queue if j.preemptions == 0), None)
+            if oldest is None:
+                break
+            self.metrics.rejections.labels(HINT_LANE, "queue_full").inc()
+            oldest.cancel()
+        job.submitted_at = self.clock()
+        job._cancel_hook = self._on_cancel
+        self.hint_queue.append(job)
+        self._changed()
+        return job
+
+    def prefill_chunk(self, base: int) -> int:
+        """The running job's next prefill chunk (called on the inference thread)."""
+        running = self.running
+        now = self.clock()
+        closed = self.gates.closed(now)
+        return prefill_chunk_tokens(
+            base,
+            runs_user_job=running is not None
+            and running.priority is Priority.USER
+            and not running.hint,
+            user_waiting=any(not j.cancel_requested for j in self.queues[Priority.USER]),
+            typing=closed["typing_lock"] or bool(self.gates.freeze_holders),
+        )
+
     def note_typing(self) -> None:
         """A typing hint arrived: (re)close the typing lock."""
         self.gates.last_typing = self.clock()
@@ -141,7 +186,7 @@ class Scheduler:
     def reject_waiting(self, error: BaseException) -> int:
         """Fail every job that has not started yet with ``error`` (shutting down)."""
         rejected = 0
-        for queue in self.queues.values():
+        for queue in self._all_queues():
             for job in [j for j in queue if j.started_at is None]:
                 queue.remove(job)
                 self._finish(job, JobState.FAILED, error)
@@ -159,25 +204,29 @@ class Scheduler:
             for p, queue in self.queues.items()
             if p <= priority
             for job in queue
+        ) or (
+            priority is not Priority.USER and any(not j.cancel_requested for j in self.hint_queue)
         )
         if waiting or self.gates.holds(priority, now):
             return True
         running = self.running
         if running is None or running.finished or running.kind == SPECULATION:
             return False
-        preempts = (
-            priority is Priority.USER
-            and running.preemptible
-            and running.priority is not Priority.USER
-        )
+        preempts = priority is Priority.USER and _paused_by_user_jobs(running)
         return not preempts
 
+    def _all_queues(self) -> list[deque[Job]]:
+        return [*self.queues.values(), self.hint_queue]
+
+    def _queue_of(self, job: Job) -> deque[Job]:
+        return self.hint_queue if job.hint else self.queues[job.priority]
+
     def _anyone_waiting(self) -> bool:
-        return any(not job.cancel_requested for queue in self.queues.values() for job in queue)
+        return any(not job.cancel_requested for queue in self._all_queues() for job in queue)
 
     @property
     def idle(self) -> bool:
-        return self.running is None and not any(self.queues.values())
+        return self.running is None and not any(self._all_queues())
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON view of the slot, the queues and the gates (``GET /v1/scheduler``)."""
@@ -187,7 +236,7 @@ class Scheduler:
             return {
                 "id": job.id,
                 "kind": job.kind,
-                "priority": job.priority.label,
+                "priority": HINT_LANE if job.hint else job.priority.label,
                 "state": job.state.value,
                 "waited_seconds": round(now - job.submitted_at, 3),
                 "preemptions": job.preemptions,
@@ -196,7 +245,10 @@ class Scheduler:
         return {
             "object": "scheduler",
             "slot": describe(self.running) if self.running else None,
-            "queues": {p.label: [describe(j) for j in q] for p, q in self.queues.items()},
+            "queues": {
+                **{p.label: [describe(j) for j in q] for p, q in self.queues.items()},
+                HINT_LANE: [describe(j) for j in self.hint_queue],
+            },
             "gates": self.gates.closed(now),
             "prefill_freeze_holders": sorted(self.gates.freeze_holders),
             "completed_jobs": self.completed,
@@ -221,15 +273,16 @@ class Scheduler:
         return job.priority
 
     def _pick(self, now: float) -> Job | None:
-        best: tuple[int, float, int] | None = None
+        best: tuple[float, float, int] | None = None
         chosen: Job | None = None
-        for queue in self.queues.values():
+        for queue in self._all_queues():
             for position, job in enumerate(queue):
                 effective = self._effective_priority(job, now)
                 if self.gates.holds(effective, now):
                     continue
                 # A preempted job resumes first within its class: it was accepted earlier.
-                rank = (int(effective), 0.0 if job.preemptions else job.submitted_at, position)
+                lane = HINT_RANK if job.hint else float(effective)
+                rank = (lane, 0.0 if job.preemptions else job.submitted_at, position)
                 if best is None or rank < best:
                     best, chosen = rank, job
                 break  # FIFO inside a class: only its first eligible job competes
@@ -241,7 +294,7 @@ class Scheduler:
             if not running.cancel_requested and self._anyone_waiting():
                 running.cancel()  # speculative work gives way to anything, and is not resumed
             return
-        if running is None or not running.preemptible or running.priority is Priority.USER:
+        if running is None or not _paused_by_user_jobs(running):
             return
         if any(not j.cancel_requested for j in self.queues[Priority.USER]):
             running.preempt_requested = True
@@ -251,7 +304,7 @@ class Scheduler:
         gate_change = self.gates.next_change(now)
         if gate_change is not None:
             deadlines.append(gate_change)
-        for queue in self.queues.values():
+        for queue in self._all_queues():
             for job in queue:
                 if job.preemptions == 0:
                     deadlines.append(job.submitted_at + self.config.max_queue_wait)
@@ -261,11 +314,11 @@ class Scheduler:
         return min(future) if future else None
 
     def _expire_waiting(self, now: float) -> None:
-        for priority, queue in self.queues.items():
+        for queue in self._all_queues():
             for job in [j for j in queue if j.preemptions == 0]:
                 if now - job.submitted_at >= self.config.max_queue_wait:
                     queue.remove(job)
-                    self.metrics.rejections.labels(priority.label, "queue_timeout").inc()
+                    self.metrics.rejections.labels(_label(job), "queue_timeout").inc()
                     self._finish(
                         job,
                         JobState.FAILED,
@@ -288,7 +341,7 @@ class Scheduler:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), timeout)
                 continue
-            self.queues[job.priority].remove(job)
+            self._queue_of(job).remove(job)
             await self._run(job)
 
     async def _run(self, job: Job) -> None:
@@ -319,8 +372,8 @@ class Scheduler:
         if end == _SliceEnd.PREEMPTED:
             job.state = JobState.PREEMPTED
             job.preemptions += 1
-            self.metrics.preemptions.labels(job.priority.label).inc()
-            self.queues[job.priority].appendleft(job)
+            self.metrics.preemptions.labels(_label(job)).inc()
+            self._queue_of(job).appendleft(job)
             await self._limit_paused_memory()
         elif end == _SliceEnd.CANCELLED:
             self.metrics.cancellations.labels(job.priority.label, "running").inc()
@@ -338,7 +391,7 @@ class Scheduler:
         """
         holding = [
             job
-            for queue in self.queues.values()
+            for queue in self._all_queues()
             for job in queue
             if job.state is JobState.PREEMPTED and job.release_memory and not job.memory_released
         ]
@@ -386,11 +439,11 @@ class Scheduler:
 
     def _on_cancel(self, job: Job) -> None:
         """A client withdrew ``job``: drop it if it waits; a running job stops at its next step."""
-        for queue in self.queues.values():
+        for queue in self._all_queues():
             if job in queue:
                 queue.remove(job)
                 stage = "preempted" if job.state is JobState.PREEMPTED else "queued"
-                self.metrics.cancellations.labels(job.priority.label, stage).inc()
+                self.metrics.cancellations.labels(_label(job), stage).inc()
                 if job.steps is not None:
                     # A paused job holds engine state: release it on the engine's thread.
                     self._thread.submit(_close, job)
@@ -412,6 +465,16 @@ class Scheduler:
             self.metrics.gate_closed.labels(name).set(1 if closed[name] else 0)
         for priority, queue in self.queues.items():
             self.metrics.queue_depth.labels(priority.label).set(len(queue))
+        self.metrics.queue_depth.labels(HINT_LANE).set(len(self.hint_queue))
+
+
+def _label(job: Job) -> str:
+    return HINT_LANE if job.hint else job.priority.label
+
+
+def _paused_by_user_jobs(running: Job) -> bool:
+    """Whether a waiting user job pauses ``running``: task, background and hint work does."""
+    return running.preemptible and (running.priority is not Priority.USER or running.hint)
 
 
 def _close(job: Job) -> None:

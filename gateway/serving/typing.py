@@ -193,7 +193,7 @@ class TypingService:
         backend.note_typing()
         backend.hold_prefill_freeze(hint.id)
         try:
-            hint.warmup = await backend.warm(hint.id, tokens)
+            hint.warmup = await backend.warm(hint.id, tokens, request.session)
         except GatewayError:
             backend.release_prefill_freeze(hint.id)
             raise

@@ -126,7 +126,9 @@ class FakeBackend:
     ) -> tuple[int, ...]:
         return tokens_of(messages)
 
-    async def warm(self, hint_id: str, tokens: Sequence[int]) -> FakeWarmup:
+    async def warm(
+        self, hint_id: str, tokens: Sequence[int], session: str | None = None
+    ) -> FakeWarmup:
         warmup = FakeWarmup(tuple(tokens))
         self.warmups.append(warmup)
         return warmup

@@ -1,0 +1,29 @@
+"""How many prompt tokens a prefill computes between two checks for preemption.
+
+A chunk is the longest a waiting user job can be kept behind a running prefill, and each
+chunk boundary costs a little throughput (a GPU wants its width; a quantized CPU model
+dequantizes every layer once per chunk). So the size follows who may arrive:
+
+* the running job is the user's own: nothing may preempt it, so chunks are large;
+* a user job is waiting, or the user is typing (a request is likely within seconds): small;
+* otherwise the engine's own size (``PREFILL_CHUNK_TOKENS``), a balance of the two.
+
+The scheduler checks between chunks and between decode steps (``Scheduler._run_slice``).
+"""
+
+from __future__ import annotations
+
+LARGE_FACTOR = 2  # bounded: a chunk's attention memory grows with its length
+SMALL_DIVISOR = 4
+MIN_CHUNK_TOKENS = 8
+
+
+def prefill_chunk_tokens(
+    base: int, *, runs_user_job: bool, user_waiting: bool, typing: bool
+) -> int:
+    """The next chunk's size for an engine whose own chunk is ``base`` tokens."""
+    if runs_user_job:
+        return base * LARGE_FACTOR
+    if user_waiting or typing:
+        return max(MIN_CHUNK_TOKENS, base // SMALL_DIVISOR)
+    return base

@@ -1,0 +1,89 @@
+"""Typing-hint prefills in their own lane (issue 23): bounded, newest per session, below the
+user's requests and preemptible by them; prefill chunks sized by who may arrive."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.scheduler.jobs import Job, JobState, Priority
+from gateway.scheduler.pacing import prefill_chunk_tokens
+from tests.unit.scheduler.test_slot import FakeEngine, blocked_slot, make_scheduler
+
+
+def hint(engine: FakeEngine, name: str, steps: int = 1, step_seconds: float = 0.002) -> Job:
+    return Job(
+        Priority.USER, engine.work(name, steps=steps, step_seconds=step_seconds), kind="prefill"
+    )
+
+
+async def test_a_hint_flood_never_fills_the_user_queue_and_never_429s() -> None:
+    scheduler = make_scheduler(max_queued_hints=4)
+    await scheduler.start()
+    engine = FakeEngine()
+    blocker = await blocked_slot(scheduler, engine)
+    hints = [scheduler.submit_hint(hint(engine, f"h{i}"), session=None) for i in range(200)]
+    assert len(scheduler.queues[Priority.USER]) == 0
+    assert len(scheduler.hint_queue) == 4
+    user = scheduler.submit(Job(Priority.USER, engine.work("user", steps=1), preemptible=False))
+    await asyncio.gather(blocker.wait(), user.wait(), *(h.wait() for h in hints))
+    # The user's request ran right after the blocker, before any waiting hint.
+    assert engine.started[:2] == ["blocker", "user"]
+    assert engine.started[2:] == ["h196", "h197", "h198", "h199"]  # the newest kept
+    assert sum(h.state is JobState.CANCELLED for h in hints) == 196
+    await scheduler.stop()
+
+
+async def test_the_newest_hint_of_a_session_replaces_its_queued_one() -> None:
+    scheduler = make_scheduler()
+    await scheduler.start()
+    engine = FakeEngine()
+    blocker = await blocked_slot(scheduler, engine)
+    old = scheduler.submit_hint(hint(engine, "a1"), session="a")
+    other = scheduler.submit_hint(hint(engine, "b1"), session="b")
+    new = scheduler.submit_hint(hint(engine, "a2"), session="a")
+    await asyncio.gather(blocker.wait(), old.wait(), other.wait(), new.wait())
+    assert old.state is JobState.CANCELLED
+    assert engine.started == ["blocker", "b1", "a2"]
+    await scheduler.stop()
+
+
+async def test_hints_run_before_task_work_and_are_preempted_by_a_user_job() -> None:
+    scheduler = make_scheduler()
+    await scheduler.start()
+    engine = FakeEngine()
+    blocker = await blocked_slot(scheduler, engine)
+    task = scheduler.submit(Job(Priority.TASK, engine.work("task", steps=1)))
+    long_hint = scheduler.submit_hint(hint(engine, "hint", steps=200, step_seconds=0.005), "s")
+    await blocker.wait()
+    while scheduler.running is not long_hint:
+        await asyncio.sleep(0.001)
+    user = scheduler.submit(Job(Priority.USER, engine.work("user", steps=1)))
+    await asyncio.wait_for(user.wait(), 0.5)  # not after the hint's 1 s of steps
+    assert long_hint.preemptions == 1
+    await asyncio.gather(long_hint.wait(), task.wait())
+    assert engine.started == ["blocker", "hint", "user", "task"], engine.started
+    await scheduler.stop()
+
+
+async def test_a_user_job_would_not_wait_for_a_hint() -> None:
+    scheduler = make_scheduler()
+    await scheduler.start()
+    engine = FakeEngine()
+    running = scheduler.submit_hint(hint(engine, "hint", steps=100, step_seconds=0.005), "s")
+    while scheduler.running is not running:
+        await asyncio.sleep(0.001)
+    assert not scheduler.would_wait(Priority.USER)
+    assert scheduler.would_wait(Priority.TASK)
+    running.cancel()
+    await running.wait()
+    await scheduler.stop()
+
+
+def test_chunks_are_large_when_no_user_can_be_waiting_and_small_when_one_may() -> None:
+    base = 64
+    assert prefill_chunk_tokens(base, runs_user_job=True, user_waiting=True, typing=True) > base
+    idle = prefill_chunk_tokens(base, runs_user_job=False, user_waiting=False, typing=False)
+    assert idle == base
+    typing = prefill_chunk_tokens(base, runs_user_job=False, user_waiting=False, typing=True)
+    waiting = prefill_chunk_tokens(base, runs_user_job=False, user_waiting=True, typing=False)
+    assert typing < base and waiting < base and typing >= 8
