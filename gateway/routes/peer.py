@@ -60,7 +60,11 @@ class PeerController(Controller):
         try:
             run = await unless_disconnected(request, peer_inbox.accept(ticket))
             if ticket.stream:
-                return ServerSentEvents(peer_inbox.events(run), dialect="peer")
+                # Signed event by event: a relay cannot rewrite the tokens it carries.
+                signer = peer_inbox.response_signer(request.headers)
+                return ServerSentEvents(
+                    peer_inbox.events(run), dialect="peer", event_ids=signer.sign
+                )
             result = await unless_disconnected(request, _last(peer_inbox, run))
         except ClientDisconnected:
             return Response(content=None, status_code=499)
