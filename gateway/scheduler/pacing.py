@@ -4,8 +4,11 @@ A chunk is the longest a waiting user job can be kept behind a running prefill, 
 chunk boundary costs a little throughput (a GPU wants its width; a quantized CPU model
 dequantizes every layer once per chunk). So the size follows who may arrive:
 
-* the running job is the user's own: nothing may preempt it, so chunks are large;
-* a user job is waiting, or the user is typing (a request is likely within seconds): small;
+* the running job is the user's own request: nothing may preempt it, so chunks are large;
+* a typing hint's prefill: the engine's own size (the request it prepares waits for it to
+  finish, so it must not be slowed; an unrelated request pauses it at the next chunk);
+* task or background work while a user job is waiting or the user is typing (a request is
+  likely within seconds): small, but not below where throughput falls off;
 * otherwise the engine's own size (``PREFILL_CHUNK_TOKENS``), a balance of the two.
 
 The scheduler checks between chunks and between decode steps (``Scheduler._run_slice``).
@@ -15,15 +18,17 @@ from __future__ import annotations
 
 LARGE_FACTOR = 2  # bounded: a chunk's attention memory grows with its length
 SMALL_DIVISOR = 4
-MIN_CHUNK_TOKENS = 8
+MIN_CHUNK_TOKENS = 32  # "throughput is flat above a few dozen tokens per chunk"
 
 
 def prefill_chunk_tokens(
-    base: int, *, runs_user_job: bool, user_waiting: bool, typing: bool
+    base: int, *, runs_user_job: bool, user_waiting: bool, typing: bool, runs_hint: bool = False
 ) -> int:
     """The next chunk's size for an engine whose own chunk is ``base`` tokens."""
     if runs_user_job:
         return base * LARGE_FACTOR
+    if runs_hint:
+        return base
     if user_waiting or typing:
         return max(MIN_CHUNK_TOKENS, base // SMALL_DIVISOR)
     return base

@@ -165,6 +165,7 @@ class Scheduler:
             runs_user_job=running is not None
             and running.priority is Priority.USER
             and not running.hint,
+            runs_hint=running is not None and running.hint,
             user_waiting=any(not j.cancel_requested for j in self.queues[Priority.USER]),
             typing=closed["typing_lock"] or bool(self.gates.freeze_holders),
         )

@@ -86,4 +86,10 @@ def test_chunks_are_large_when_no_user_can_be_waiting_and_small_when_one_may() -
     assert idle == base
     typing = prefill_chunk_tokens(base, runs_user_job=False, user_waiting=False, typing=True)
     waiting = prefill_chunk_tokens(base, runs_user_job=False, user_waiting=True, typing=False)
-    assert typing < base and waiting < base and typing >= 8
+    assert typing < base and waiting < base and typing >= 32
+    # A hint's prefill keeps the engine's size: the request it prepares waits for it.
+    hint = prefill_chunk_tokens(
+        base, runs_user_job=False, user_waiting=True, typing=True, runs_hint=True
+    )
+    assert hint == base
+    assert prefill_chunk_tokens(512, runs_user_job=False, user_waiting=True, typing=False) == 128
