@@ -1,8 +1,10 @@
 """A user request's time to first token: idle gateway vs 4 long background generations.
 
-Each measured pair runs the same user request on an idle gateway and then while four
-long ``background`` generations are running or queued; the background streams are
-dropped after each pair so that every pair starts from the same state.
+Each measured run has the same user request on an idle gateway, then while four long
+``background`` generations are decoding (one in the slot, three queued), then while four
+``background`` jobs with long prompts are still in prefill (one computing, three queued):
+the wait behind a decode step and the wait behind a prefill chunk, measured apart. The
+background streams are dropped after each so that every run starts from the same state.
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ USER_PROMPT = [
 ]
 BACKGROUND_PROMPT = [
     {"role": "user", "content": "Write a very long essay about the history of tea."}
+]
+# ~5,000 tokens: seconds of prefill here, so the user arrives mid-prefill.
+LONG_PROMPT = [
+    {
+        "role": "user",
+        "content": "Summarize this log. "
+        + " ".join(f"line {i}: request served in {i % 97} ms;" for i in range(400)),
+    }
 ]
 BACKGROUND_JOBS = 4
 SEED = 1234
@@ -56,8 +66,10 @@ def _ttft(client: httpx.Client, priority: str = "user") -> float:
 class BackgroundLoad:
     """Four long background streams, kept open until ``stop``."""
 
-    def __init__(self, gateway: RunningGateway) -> None:
+    def __init__(self, gateway: RunningGateway, in_prefill: bool = False) -> None:
         self.gateway = gateway
+        # In prefill: long prompts, and the user arrives before the first token of any.
+        self.in_prefill = in_prefill
         self.stopping = threading.Event()
         self.tokens_seen = 0
         self.threads = [
@@ -67,7 +79,7 @@ class BackgroundLoad:
     def _stream(self) -> None:
         body = {
             "model": DEFAULT_MODEL_ID,
-            "messages": BACKGROUND_PROMPT,
+            "messages": LONG_PROMPT if self.in_prefill else BACKGROUND_PROMPT,
             "max_tokens": 2000,
             "temperature": 0.7,
             "seed": SEED,
@@ -81,7 +93,7 @@ class BackgroundLoad:
             for line in response.iter_lines():
                 if self.stopping.is_set():
                     return
-                if '"content":"' in line:
+                if '"content":"' in line and '"content":""' not in line:
                     self.tokens_seen += 1
 
     def __enter__(self) -> BackgroundLoad:
@@ -92,6 +104,9 @@ class BackgroundLoad:
             view = self.gateway.scheduler()
             running = view["slot"] is not None and view["slot"]["priority"] == "background"
             waiting = len(view["queues"]["background"]) == BACKGROUND_JOBS - 1
+            if running and waiting and self.in_prefill:
+                time.sleep(0.3)  # into the first job's prefill
+                return self
             if running and waiting and self.tokens_seen >= 3:
                 return self
             if time.monotonic() > deadline:
@@ -117,32 +132,45 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     gateway = start_gateway(workdir, {"cache": {"prefix_cache_bytes": 0}})
     idle: list[float] = []
     loaded: list[float] = []
+    prefilling: list[float] = []
+    still_in_prefill = 0
     try:
         with gateway.http() as client:
             for _ in range(args.runs + 1):
                 idle.append(_ttft(client))
                 with BackgroundLoad(gateway):
                     loaded.append(_ttft(client))
+                with BackgroundLoad(gateway, in_prefill=True) as load:
+                    prefilling.append(_ttft(client))
+                    still_in_prefill += load.tokens_seen == 0
             final_view = gateway.scheduler()
     finally:
         gateway.stop()
     idle_s, loaded_s = Summary.of(idle[1:]), Summary.of(loaded[1:])
+    prefill_s = Summary.of(prefilling[1:])
     print(
         table(
             [
                 ("user ttft_s", "idle gateway", idle_s),
-                ("user ttft_s", f"{BACKGROUND_JOBS} background busy", loaded_s),
+                ("user ttft_s", f"{BACKGROUND_JOBS} background decoding", loaded_s),
+                ("user ttft_s", f"{BACKGROUND_JOBS} background in prefill", prefill_s),
             ]
         )
     )
     slowdown = ratio(loaded_s, idle_s)
-    print(f"\nloaded/idle time to first token (medians): {slowdown:.3f}")
+    prefill_slowdown = ratio(prefill_s, idle_s)
+    print(f"\nloaded/idle time to first token (medians), behind decode: {slowdown:.3f}")
+    print(f"loaded/idle time to first token (medians), behind prefill: {prefill_slowdown:.3f}")
+    print(f"runs where no background token had come by the user's first: {still_in_prefill}")
     return {
         "benchmark": "priority",
         "runs": args.runs,
         "idle_ttft_s": idle_s.as_dict(),
         "loaded_ttft_s": loaded_s.as_dict(),
+        "prefill_loaded_ttft_s": prefill_s.as_dict(),
         "ratio_loaded_over_idle": slowdown,
+        "ratio_prefill_loaded_over_idle": prefill_slowdown,
+        "runs_background_still_in_prefill": still_in_prefill,
         "completed_jobs": final_view["completed_jobs"],
     }
 
