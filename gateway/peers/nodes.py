@@ -212,9 +212,15 @@ class Peers:
                         f"{node.url} answered {answer.status_code}: {answer.text[:200]}"
                     )
                 async for sse in EventSource(answer).aiter_sse():
+                    if not sse.data:
+                        # A keep-alive comment: httpx-sse dispatches it as an empty event
+                        # once an id was seen. It carries nothing, so it needs no signature.
+                        continue
                     if not answer_signature.check(sse.event, sse.data, sse.id or None):
                         raise PeerFailed(
-                            "signature", f"{node.url} sent an event that is not signed for us"
+                            "signature",
+                            f"{node.url} sent an event that is not signed for us "
+                            f"({sse.event}: {sse.data[:80]!r})",
                         )
                     try:
                         event = _EVENTS.validate_python(json.loads(sse.data))
