@@ -8,8 +8,10 @@ dequantizes every layer once per chunk). So the size follows who may arrive:
 * a typing hint's prefill: the engine's own size (the request it prepares waits for it to
   finish, so it must not be slowed; an unrelated request pauses it at the next chunk);
 * task or background work while a user job is waiting or the user is typing (a request is
-  likely within seconds): small, but not below where throughput falls off;
-* otherwise the engine's own size (``PREFILL_CHUNK_TOKENS``), a balance of the two.
+  likely within seconds): a quarter of the engine's size;
+* other task or background work: half of it. A user request may arrive unannounced at any
+  moment, and on a CPU the engine's own chunk at a long context takes ~0.2 s here (measured
+  by ``gateway bench priority``'s prefill row), the whole of a short chat's prefill.
 
 The scheduler checks between chunks and between decode steps (``Scheduler._run_slice``).
 """
@@ -18,7 +20,8 @@ from __future__ import annotations
 
 LARGE_FACTOR = 2  # bounded: a chunk's attention memory grows with its length
 SMALL_DIVISOR = 4
-MIN_CHUNK_TOKENS = 32  # "throughput is flat above a few dozen tokens per chunk"
+BACKGROUND_DIVISOR = 2
+MIN_CHUNK_TOKENS = 16
 
 
 def prefill_chunk_tokens(
@@ -31,4 +34,4 @@ def prefill_chunk_tokens(
         return base
     if user_waiting or typing:
         return max(MIN_CHUNK_TOKENS, base // SMALL_DIVISOR)
-    return base
+    return max(MIN_CHUNK_TOKENS, base // BACKGROUND_DIVISOR)

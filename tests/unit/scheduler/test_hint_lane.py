@@ -55,7 +55,7 @@ async def test_hints_run_before_task_work_and_are_preempted_by_a_user_job() -> N
     task = scheduler.submit(Job(Priority.TASK, engine.work("task", steps=1)))
     long_hint = scheduler.submit_hint(hint(engine, "hint", steps=200, step_seconds=0.005), "s")
     await blocker.wait()
-    while scheduler.running is not long_hint:
+    while "hint" not in engine.started:  # its first step computed, not only given the slot
         await asyncio.sleep(0.001)
     user = scheduler.submit(Job(Priority.USER, engine.work("user", steps=1)))
     await asyncio.wait_for(user.wait(), 0.5)  # not after the hint's 1 s of steps
@@ -83,10 +83,10 @@ def test_chunks_are_large_when_no_user_can_be_waiting_and_small_when_one_may() -
     base = 64
     assert prefill_chunk_tokens(base, runs_user_job=True, user_waiting=True, typing=True) > base
     idle = prefill_chunk_tokens(base, runs_user_job=False, user_waiting=False, typing=False)
-    assert idle == base
+    assert idle == base // 2  # a user may arrive unannounced
     typing = prefill_chunk_tokens(base, runs_user_job=False, user_waiting=False, typing=True)
     waiting = prefill_chunk_tokens(base, runs_user_job=False, user_waiting=True, typing=False)
-    assert typing < base and waiting < base and typing >= 32
+    assert typing < idle and waiting < idle and typing >= 16
     # A hint's prefill keeps the engine's size: the request it prepares waits for it.
     hint = prefill_chunk_tokens(
         base, runs_user_job=False, user_waiting=True, typing=True, runs_hint=True
