@@ -309,15 +309,19 @@ def ask(gateway: RunningGateway, tier: str) -> str:
 
 def test_budget_for_one_model_keep_alive_unloads_and_reloads(tmp_path: Path) -> None:
     from gateway.engines.device import choose_compute_path
-    from gateway.modelstore.footprint import loaded_bytes
+    from gateway.modelstore.footprint import model_bytes
 
-    dequantized = choose_compute_path().dequantize  # what the gateway will do here
-    small, large = sorted(loaded_bytes(model_folder(m), dequantized) for m in (MODEL, GEMMA))
+    # The weight form is fixed here: under "auto" a budget this small would make the gateway
+    # keep the larger model quantized (gateway.engines.weights), and both would fit.
+    form = "float32" if choose_compute_path().dequantize else "4bit"
+    sizes = [model_bytes(model_folder(m)) for m in (MODEL, GEMMA)]
+    small, large = sorted(s.float32 if form == "float32" else s.quantized for s in sizes)
     budget = large + small // 2  # room for either model, never both
     keep_alive = 3.0
     gateway = start_gateway(
         tmp_path / "gw",
         {
+            "weights": form,
             "memory_budget_bytes": budget,
             "tiers": {
                 "a": {"kind": "mlx", "model": MODEL, "keep_alive_seconds": keep_alive},
