@@ -105,9 +105,22 @@ def test_a_pause_speculates_and_enter_streams_it_identically(gateway: RunningGat
         assert speculations(http, "discarded_mismatch") == mismatched_before + 1, counted
 
 
-def test_a_seeded_request_gets_the_tokens_its_hint_sampled_ahead(gateway: RunningGateway) -> None:
+@pytest.fixture(scope="module")
+def own_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    """A gateway of this module's own. Sampled text is compared to the token: a KV cache reused
+    from other modules' traffic (the shared gateway's in-memory or saved prefixes, computed in
+    other chunks) differs in the last float bits and can flip a sampled token later on."""
+    running = start_gateway(tmp_path_factory.mktemp("seeded-speculation"), {})
+    yield running
+    running.stop()
+
+
+def test_a_seeded_request_gets_the_tokens_its_hint_sampled_ahead(
+    own_gateway: RunningGateway,
+) -> None:
     """The hint declares the request's sampling: the answer's start is sampled ahead with the
     same seed, and the streamed answer (official SDK) equals the one sampled after Enter."""
+    gateway = own_gateway
     question = "Tell me a story about a harbour in Lisbon."
     sampling = {"temperature": 0.9, "top_p": 0.95, "seed": 1234}
     client = gateway.openai(timeout=120)
