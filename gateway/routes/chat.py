@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from litestar import Controller, Request, Response, post
 from litestar.di import NamedDependency
-from litestar.params import HeaderParameter, JSONBody
+from litestar.params import JSONBody
 
 from gateway.protocol.openai import ChatCompletionRequest
 from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
 from gateway.routes.errors import ERROR_RESPONSES
+from gateway.routes.params import PriorityHeader
 from gateway.routes.sse import ServerSentEvents
 from gateway.serving.chat import ChatRun
 from gateway.serving.openai_chat import OpenAIChat
@@ -36,14 +37,7 @@ class ChatController(Controller):
         request: Request[Any, Any, Any],
         data: JSONBody[ChatCompletionRequest],
         openai_chat: NamedDependency[OpenAIChat],
-        x_gateway_priority: Annotated[
-            str | None,
-            HeaderParameter(
-                name="X-Gateway-Priority",
-                required=False,
-                description="(gateway extension) user | task | background",
-            ),
-        ] = None,
+        x_gateway_priority: PriorityHeader = None,
     ) -> Response[Any]:
         chat = openai_chat
         prepared = await chat.prepare(data, x_gateway_priority)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from litestar import Controller, Request, Response, post
 from litestar.di import NamedDependency
-from litestar.params import HeaderParameter, JSONBody
+from litestar.params import JSONBody
 
 from gateway.protocol.completions import CompletionRequest
 from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
 from gateway.routes.errors import ERROR_RESPONSES
+from gateway.routes.params import PriorityHeader
 from gateway.routes.sse import ServerSentEvents
 from gateway.serving.completions import CompletionsService
 
@@ -36,14 +37,7 @@ class CompletionsController(Controller):
         request: Request[Any, Any, Any],
         data: JSONBody[CompletionRequest],
         completions: NamedDependency[CompletionsService],
-        x_gateway_priority: Annotated[
-            str | None,
-            HeaderParameter(
-                name="X-Gateway-Priority",
-                required=False,
-                description="(gateway extension) user | task | background",
-            ),
-        ] = None,
+        x_gateway_priority: PriorityHeader = None,
     ) -> Response[Any]:
         prepared = await completions.prepare(data, x_gateway_priority)
         try:

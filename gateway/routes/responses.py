@@ -6,13 +6,14 @@ from typing import Annotated, Any, Literal
 
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.di import NamedDependency
-from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from gateway.protocol.responses import DeletedResponse, InputItemList, ResponseRequest
 from gateway.protocol.responses_events import Response as ResponseObject
 from gateway.routes.chat import served_by
 from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
 from gateway.routes.errors import ERROR_RESPONSES
+from gateway.routes.params import PriorityHeader
 from gateway.routes.sse import ServerSentEvents
 from gateway.serving.responses import MAX_LISTED_ITEMS, ResponsesService
 
@@ -41,14 +42,7 @@ class ResponsesController(Controller):
         request: Request[Any, Any, Any],
         data: JSONBody[ResponseRequest],
         responses: NamedDependency[ResponsesService],
-        x_gateway_priority: Annotated[
-            str | None,
-            HeaderParameter(
-                name="X-Gateway-Priority",
-                required=False,
-                description="(gateway extension) user | task | background",
-            ),
-        ] = None,
+        x_gateway_priority: PriorityHeader = None,
     ) -> Response[Any]:
         prepared = await responses.prepare(data, x_gateway_priority)
         try:
