@@ -157,7 +157,8 @@ def describe(located: LocatedModel, store: ModelStore, context: CatalogContext) 
             entry = describe_folder(ref.text, "known", located.folder, context)
             return replace(entry, imported=True, import_folder=str(located.folder))
         return describe_folder(ref.text, ref.kind, located.folder, context)
-    except (OSError, ValueError, KeyError, GatewayError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, GatewayError) as exc:
+        # A user's damaged folder or file is listed with the reason, never ends the list.
         path = str(located.gguf or located.folder)
         return CatalogEntry(ref.text, ref.kind, path, "?", error=f"unreadable: {exc}")
 

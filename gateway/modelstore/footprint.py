@@ -29,15 +29,47 @@ class ModelBytes:
     is_quantized: bool
 
 
+# A header is a few hundred bytes per tensor: anything near this is not a safetensors file.
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+
+def read_safetensors_header(file: Path) -> tuple[int, dict[str, dict[str, Any]]]:
+    """A safetensors file's data offset and its tensors' entries (dtype, shape,
+    data_offsets), checked: a user's file may be truncated or not a safetensors file at
+    all, which must be a clear ``ValueError`` naming it, never a crash deeper in."""
+    with file.open("rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) != 8:
+            raise ValueError(f"{file}: too short for a safetensors file")
+        (length,) = struct.unpack("<Q", prefix)
+        if length > MAX_HEADER_BYTES:
+            raise ValueError(f"{file}: not a safetensors file (header of {length} bytes)")
+        header = json.loads(handle.read(length))
+    if not isinstance(header, dict):
+        raise ValueError(f"{file}: the safetensors header is not an object")
+    tensors: dict[str, dict[str, Any]] = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if not (
+            isinstance(info, dict)
+            and isinstance(info.get("dtype"), str)
+            and isinstance(info.get("shape"), list)
+            and all(isinstance(d, int) and d >= 0 for d in info["shape"])
+            and isinstance(info.get("data_offsets"), list)
+            and len(info["data_offsets"]) == 2
+            and all(isinstance(o, int) and o >= 0 for o in info["data_offsets"])
+        ):
+            raise ValueError(f"{file}: malformed safetensors entry for {name!r}")
+        tensors[name] = info
+    return 8 + length, tensors
+
+
 def tensor_shapes(folder: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     shapes: dict[str, tuple[str, tuple[int, ...]]] = {}
     for file in sorted(folder.glob("*.safetensors")):
-        with file.open("rb") as handle:
-            (length,) = struct.unpack("<Q", handle.read(8))
-            header = json.loads(handle.read(length))
-        for name, info in header.items():
-            if name != "__metadata__":
-                shapes[name] = (info["dtype"], tuple(info["shape"]))
+        for name, info in read_safetensors_header(file)[1].items():
+            shapes[name] = (info["dtype"], tuple(info["shape"]))
     return shapes
 
 

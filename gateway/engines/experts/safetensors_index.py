@@ -8,13 +8,11 @@ tensor ``[E, ...]`` is row-major, so expert ``e`` is the contiguous range
 
 from __future__ import annotations
 
-import json
 import math
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "U8": 1, "I8": 1, "F64": 8}
+from gateway.modelstore.footprint import DTYPE_BYTES, read_safetensors_header
 
 
 @dataclass(frozen=True)
@@ -44,14 +42,9 @@ def index_folder(folder: Path) -> dict[str, TensorLocation]:
 
 
 def index_file(file: Path) -> dict[str, TensorLocation]:
-    with file.open("rb") as handle:
-        (length,) = struct.unpack("<Q", handle.read(8))
-        header = json.loads(handle.read(length))
-    data_start = 8 + length
+    data_start, header = read_safetensors_header(file)
     index: dict[str, TensorLocation] = {}
     for name, info in header.items():
-        if name == "__metadata__":
-            continue
         begin, end = info["data_offsets"]
         shape = tuple(int(d) for d in info["shape"])
         expected = math.prod(shape) * DTYPE_BYTES.get(info["dtype"], 0)

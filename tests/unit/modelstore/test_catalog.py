@@ -111,3 +111,24 @@ def test_a_name_that_is_no_reference_is_listed_not_fatal(tmp_path: Path) -> None
     )
     odd = next(e for e in entries if e.source == "lmstudio")
     assert odd.error and "not usable as a reference" in odd.error
+
+
+def test_a_damaged_safetensors_header_is_a_clear_error(tmp_path: Path) -> None:
+    """A user's truncated or foreign file names itself instead of crashing deeper in."""
+    import struct
+
+    import pytest
+
+    from gateway.modelstore.footprint import read_safetensors_header
+
+    cases = {
+        "short": b"\x01\x02",
+        "huge": struct.pack("<Q", 1 << 40) + b"{}",
+        "list": struct.pack("<Q", 2) + b"[]",
+        "entry": struct.pack("<Q", 21) + b'{"w": {"dtype": 1}} ',
+    }
+    for name, raw in cases.items():
+        path = tmp_path / f"{name}.safetensors"
+        path.write_bytes(raw)
+        with pytest.raises(ValueError, match=name):
+            read_safetensors_header(path)
