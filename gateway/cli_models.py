@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from gateway.config import Settings, load_settings
-from gateway.errors import ModelNotFoundError
+from gateway.errors import ModelImportError, ModelNotFoundError
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -30,15 +30,25 @@ def configured_models(settings: Settings) -> dict[str, str]:
 def check_model_sources(settings: Settings) -> None:
     """Every local tier's model is on disk (nothing is downloaded at serve time): raises
     ModelNotFoundError at once, before anything is loaded or imported."""
+    from gateway.modelstore.footprint import model_bytes
     from gateway.modelstore.sources import locate, parse_model_ref
     from gateway.modelstore.store import ModelStore
 
     store = ModelStore(settings.cache_dir)
     for name, reference in configured_models(settings).items():
         try:
-            locate(parse_model_ref(reference), store)
+            located = locate(parse_model_ref(reference), store)
         except ModelNotFoundError as exc:
             raise ModelNotFoundError(f"tier {name!r}: {exc.message}") from exc
+        if located.folder is not None and located.gguf is None:
+            # Headers only (milliseconds): a damaged folder stops the start with its reason
+            # rather than as a traceback from the app's start-up.
+            try:
+                model_bytes(located.folder)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise ModelImportError(
+                    f"tier {name!r}: the model folder {located.folder} cannot be read: {exc}"
+                ) from exc
 
 
 def cmd_list(args: argparse.Namespace) -> int:

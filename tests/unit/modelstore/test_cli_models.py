@@ -143,3 +143,22 @@ def test_pull_downloads_then_names_the_tier_line(
     (src / "README.md").write_text("GGUF files")
     assert main(["models", "pull", "hf:org/some-GGUF"]) == 1
     assert "hf:org/some-GGUF:Q4_K_M" in capsys.readouterr().err
+
+
+def test_a_damaged_model_folder_stops_the_start_with_its_reason(tmp_path: Path) -> None:
+    import pytest
+
+    from gateway.cli_models import check_model_sources
+    from gateway.config import load_settings
+    from gateway.errors import ModelImportError
+
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    (folder / "model.safetensors").write_bytes(b"xx")
+    settings = load_settings(
+        overrides={"cache_dir": str(tmp_path / "cache"), "default_model": str(folder)},
+        environ={},
+    )
+    with pytest.raises(ModelImportError, match="too short for a safetensors file"):
+        check_model_sources(settings)
