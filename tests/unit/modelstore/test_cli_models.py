@@ -162,3 +162,22 @@ def test_a_damaged_model_folder_stops_the_start_with_its_reason(tmp_path: Path) 
     )
     with pytest.raises(ModelImportError, match="too short for a safetensors file"):
         check_model_sources(settings)
+
+
+def test_a_known_model_whose_package_is_missing_stops_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing is installed at serve time: the start names `gateway models import`."""
+
+    from gateway.cli_models import check_model_sources
+    from gateway.config import load_settings
+    from gateway.errors import ModelNotFoundError
+    from gateway.modelstore import store
+
+    monkeypatch.setattr(store, "is_installed", lambda _name: False)
+    settings = load_settings(
+        overrides={"cache_dir": str(tmp_path / "cache"), "default_model": "gemma-3-270m"},
+        environ={},
+    )
+    with pytest.raises(ModelNotFoundError, match="gateway models import gemma-3-270m"):
+        check_model_sources(settings)
