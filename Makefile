@@ -18,9 +18,9 @@ test: setup test-models test-tools check
 	bash ops/run-tests.sh
 
 check: $(STAMP)
-	$(VENV)/bin/ruff check gateway tests ops
-	$(VENV)/bin/ruff format --check gateway tests ops
-	$(VENV)/bin/mypy gateway
+	$(VENV)/bin/ruff check gateway bench tests ops
+	$(VENV)/bin/ruff format --check gateway bench tests ops
+	$(VENV)/bin/mypy gateway bench
 	@if command -v promtool >/dev/null 2>&1; then promtool check rules ops/prometheus/rules.yml; \
 	else echo "promtool not found: Prometheus rules not checked"; fi
 

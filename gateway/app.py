@@ -48,6 +48,7 @@ from gateway.routes.chat import ChatController
 from gateway.routes.completions import CompletionsController
 from gateway.routes.embeddings import EmbeddingsController
 from gateway.routes.errors import EXCEPTION_HANDLERS
+from gateway.routes.hints import HintController
 from gateway.routes.messages import MessagesController
 from gateway.routes.models import ModelsController
 from gateway.routes.openapi import describe_truthfully
@@ -55,7 +56,6 @@ from gateway.routes.ops import OpsController
 from gateway.routes.peer import PeerController
 from gateway.routes.responses import ResponsesController
 from gateway.routes.tasks import TasksController
-from gateway.routes.typing import TypingController
 from gateway.scheduler.jobs import Priority
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
 from gateway.serving.anthropic import AnthropicMessages
@@ -63,13 +63,13 @@ from gateway.serving.chat import ChatService
 from gateway.serving.completions import CompletionsService
 from gateway.serving.dispatch import Dispatcher
 from gateway.serving.embeddings import EmbeddingsService
+from gateway.serving.hints import HintService
 from gateway.serving.openai_chat import OpenAIChat
 from gateway.serving.response_store import ResponseStore
 from gateway.serving.responses import ResponsesService
 from gateway.serving.speculation import Speculator
 from gateway.serving.tasks import TaskPrompts, TaskService
 from gateway.serving.tiers import Tier, TierRegistry
-from gateway.serving.typing import TypingService
 from gateway.tasks.definitions import BUILTIN_PROMPTS, TaskCatalog
 
 log = logging.getLogger("gateway")
@@ -113,7 +113,7 @@ class Services:
     completions: CompletionsService
     anthropic: AnthropicMessages
     responses: ResponsesService
-    typing: TypingService
+    typing: HintService
     tasks: TaskService
     lifecycle: Lifecycle
     peers: Peers | None = None
@@ -371,7 +371,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             speculator = Speculator(
                 metrics, settings.cache.speculate_after_seconds, settings.cache.speculate_tokens
             )
-            typing = TypingService(
+            typing = HintService(
                 registry, metrics, settings.cache.hint_idle_seconds, task_prompts, speculator
             )
             peers = dispatcher = None
@@ -451,7 +451,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             ModelsController,
             OpsController,
             TasksController,
-            TypingController,
+            HintController,
             *([PeerController] if settings.peers.secret else []),
         ],
         lifespan=[lifespan],

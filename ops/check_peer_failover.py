@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gateway.bench.process import start_gateway
+from bench.process import start_gateway
 from tests.e2e.test_peers import MODEL, QUESTION, SECRET, Busy, greedy, health, wait_until
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import jsonschema
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gateway.bench.process import start_gateway
+from bench.process import start_gateway
 from tests.e2e.test_tool_calls import CLOCK, PROMPTS, WEATHER
 
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, CLOCK)}  # type: ignore[index]

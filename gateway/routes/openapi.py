@@ -22,11 +22,11 @@ from gateway.protocol.anthropic import (
     StreamEvent,
 )
 from gateway.protocol.completions import Completion, CompletionRequest
+from gateway.protocol.hints import TypingHintRequest
 from gateway.protocol.openai import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 from gateway.protocol.responses import ResponseRequest
 from gateway.protocol.responses_events import Response as ResponseObject
 from gateway.protocol.tasks import TaskDelta, TaskResult, TaskResultEvent, TaskRunRequest
-from gateway.protocol.typing import TypingHintRequest
 
 REF = "#/components/schemas/{model}"
 # Requests are described as they are validated; the rest as they are serialized.
@@ -126,14 +126,14 @@ def _protocol_model(name: str) -> type[BaseModel] | None:
     from gateway.protocol import (
         anthropic,
         completions,
+        hints,
         openai,
         responses,
         responses_events,
         tasks,
-        typing,
     )
 
-    for module in (openai, completions, anthropic, tasks, typing, responses, responses_events):
+    for module in (openai, completions, anthropic, tasks, hints, responses, responses_events):
         candidate = getattr(module, name, None)
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
             return candidate

@@ -45,11 +45,11 @@ from gateway.protocol.openai import (
 )
 from gateway.scheduler.jobs import Priority
 from gateway.serving.dispatch import Dispatcher, TicketSpec
+from gateway.serving.hints import HintService
 from gateway.serving.reasoning import ReasoningPiece, ReasoningSplitter
 from gateway.serving.speculation import speculated_events
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.serving.tool_calls import ReplyPiece, TextPiece, ToolCall, ToolParser, make_tool_parser
-from gateway.serving.typing import TypingService
 
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default
 # After the grace period, how long stopped chats get to send their last events.
@@ -233,7 +233,7 @@ class ChatService:
         self,
         registry: TierRegistry,
         metrics: GatewayMetrics,
-        typing: TypingService,
+        typing: HintService,
         max_completion_tokens: int | None = None,
         dispatcher: Dispatcher | None = None,
     ) -> None:

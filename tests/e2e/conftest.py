@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.bench.process import RunningGateway, start_gateway
+from bench.process import RunningGateway, start_gateway
 
 MODEL = "smollm2-135m-instruct"
 

@@ -11,7 +11,7 @@ import httpx
 import jsonschema
 import pytest
 
-from gateway.bench.process import RunningGateway, start_gateway
+from bench.process import RunningGateway, start_gateway
 from tests.e2e.test_tool_calls import WEATHER_PARAMETERS
 
 WEATHER_TOOL = {

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from gateway.bench.process import RunningGateway
+from bench.process import RunningGateway
 
 MODEL = "smollm2-135m-instruct"
 RUNS = 50

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.bench.process import RunningGateway
+from bench.process import RunningGateway
 from tests.e2e.conftest import MODEL
 
 pytestmark = pytest.mark.e2e

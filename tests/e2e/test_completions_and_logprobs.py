@@ -8,7 +8,7 @@ import math
 import openai
 import pytest
 
-from gateway.bench.process import RunningGateway
+from bench.process import RunningGateway
 
 PROMPT = "The capital of France is"
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.bench.process import RunningGateway
+from bench.process import RunningGateway
 from tests.e2e.conftest import MODEL
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from gateway.bench.process import RunningGateway, free_port, start_gateway
+from bench.process import RunningGateway, free_port, start_gateway
 from gateway.metrics import GatewayMetrics
 from tests.e2e.conftest import MODEL
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.bench.process import RunningGateway, start_gateway
+from bench.process import RunningGateway, start_gateway
 from gateway.peers.signing import sign
 
 SECRET = "loopback-peer-secret-0123456789"

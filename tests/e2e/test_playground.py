@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gateway.bench.process import RunningGateway, start_gateway
+from bench.process import RunningGateway, start_gateway
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")

@@ -12,7 +12,7 @@ import jsonschema
 import openai
 import pytest
 
-from gateway.bench.process import RunningGateway, start_gateway
+from bench.process import RunningGateway, start_gateway
 from tests.e2e.conftest import MODEL
 
 pytestmark = pytest.mark.e2e

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.bench.process import (
+from bench.process import (
     RunningGateway,
     RunningUpstream,
     start_gateway,

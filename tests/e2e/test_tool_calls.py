@@ -9,7 +9,7 @@ import jsonschema
 import openai
 import pytest
 
-from gateway.bench.process import RunningGateway
+from bench.process import RunningGateway
 
 WEATHER_PARAMETERS = {
     "type": "object",

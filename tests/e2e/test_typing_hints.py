@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.bench.process import RunningGateway, start_gateway
+from bench.process import RunningGateway, start_gateway
 from tests.e2e.conftest import MODEL
 
 pytestmark = pytest.mark.e2e

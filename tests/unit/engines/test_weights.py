@@ -68,7 +68,7 @@ def test_model_bytes_match_what_mlx_holds_in_each_form(tmp_path: Path) -> None:
     from mlx.utils import tree_flatten
     from mlx_lm import load
 
-    from gateway.bench.synthetic import SyntheticSpec, build_synthetic
+    from bench.synthetic import SyntheticSpec, build_synthetic
     from gateway.engines.weights import apply_weights
 
     folder = build_synthetic(
@@ -98,7 +98,7 @@ def test_quantized_prefill_is_computed_dequantized_and_decode_stays_quantized(
     import mlx.nn as nn
     from mlx_lm import load
 
-    from gateway.bench.synthetic import SyntheticSpec, build_synthetic
+    from bench.synthetic import SyntheticSpec, build_synthetic
     from gateway.engines.weights import apply_weights
 
     folder = build_synthetic(

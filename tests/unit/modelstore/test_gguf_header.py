@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gateway.bench.synthetic import SyntheticSpec, build_synthetic
-from gateway.bench.synthetic_gguf import write_gguf
+from bench.synthetic import SyntheticSpec, build_synthetic
+from bench.synthetic_gguf import write_gguf
 from gateway.modelstore.gguf import convert_gguf, estimate_loaded_bytes, read_summary
 from gateway.modelstore.gguf.reader import read_gguf
 

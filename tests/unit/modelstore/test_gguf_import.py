@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
-from gateway.bench.synthetic import (
+from bench.synthetic import (
     build_synthetic,
     default_tokenizer_folder,
     small_tokenizer,
 )
-from gateway.bench.synthetic_gguf import folder_dtype, gguf_spec, reference_weights, write_gguf
+from bench.synthetic_gguf import folder_dtype, gguf_spec, reference_weights, write_gguf
 from gateway.modelstore.gguf import convert_gguf
 
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma3", "qwen3_moe")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.bench.synthetic import SyntheticSpec, build_synthetic
-from gateway.bench.synthetic_gguf import write_gguf
+from bench.synthetic import SyntheticSpec, build_synthetic
+from bench.synthetic_gguf import write_gguf
 from gateway.modelstore.gguf import convert_gguf
 from gateway.modelstore.gguf.reader import read_gguf
 from gateway.modelstore.gguf.tokenizer import build_tokenizer

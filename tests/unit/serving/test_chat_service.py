@@ -8,9 +8,9 @@ from gateway.errors import ContextLengthExceededError, QueueFullError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import ChatCompletionRequest
 from gateway.serving.chat import ChatService
+from gateway.serving.hints import HintService
 from gateway.serving.openai_chat import OpenAIChat
 from gateway.serving.tiers import Tier, TierRegistry
-from gateway.serving.typing import TypingService
 from tests.unit.fake_backend import ANSWER, FakeBackend
 
 
@@ -22,7 +22,7 @@ def make(backend: FakeBackend | None = None) -> tuple[OpenAIChat, FakeBackend, G
         "fast",
     )
     metrics = GatewayMetrics()
-    service = ChatService(registry, metrics, TypingService(registry, metrics, 60))
+    service = ChatService(registry, metrics, HintService(registry, metrics, 60))
     return OpenAIChat(service), backend, metrics
 
 

@@ -27,9 +27,9 @@ from gateway.protocol.openai import ChatCompletionRequest
 from gateway.scheduler.jobs import Priority
 from gateway.serving.anthropic import AnthropicMessages
 from gateway.serving.chat import ChatService, SamplingRequest
+from gateway.serving.hints import HintService
 from gateway.serving.openai_chat import OpenAIChat
 from gateway.serving.tiers import Tier, TierRegistry
-from gateway.serving.typing import TypingService
 from tests.unit.fake_backend import FakeBackend
 
 REPLY = ("<think>", "weigh", " it", "</think>", "\n\n", "Paris")
@@ -63,7 +63,7 @@ def service() -> tuple[ChatService, ThinkingBackend]:
     backend = ThinkingBackend()
     registry = TierRegistry({"fast": Tier("fast", backend, 0)}, {}, "fast")  # type: ignore[arg-type]
     metrics = GatewayMetrics()
-    return ChatService(registry, metrics, TypingService(registry, metrics, 60)), backend
+    return ChatService(registry, metrics, HintService(registry, metrics, 60)), backend
 
 
 def chat_request(**fields: object) -> ChatCompletionRequest:

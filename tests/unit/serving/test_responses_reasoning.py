@@ -11,10 +11,10 @@ from gateway.errors import UpstreamError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.responses import ResponseRequest
 from gateway.serving.chat import ChatService
+from gateway.serving.hints import HintService
 from gateway.serving.response_store import ResponseStore
 from gateway.serving.responses import ResponsesService
 from gateway.serving.tiers import Tier, TierRegistry
-from gateway.serving.typing import TypingService
 from tests.unit.serving.test_reasoning_service import ThinkingBackend, service
 
 
@@ -56,7 +56,7 @@ async def test_a_failure_mid_stream_is_an_error_event_then_response_failed(
     backend = FailingBackend()
     registry = TierRegistry({"fast": Tier("fast", backend, 0)}, {}, "fast")  # type: ignore[arg-type]
     metrics = GatewayMetrics()
-    chat = ChatService(registry, metrics, TypingService(registry, metrics, 60))
+    chat = ChatService(registry, metrics, HintService(registry, metrics, 60))
     store = ResponseStore(tmp_path / "r.sqlite3", 10, 60)
     await store.open()
     responses = ResponsesService(chat, store)

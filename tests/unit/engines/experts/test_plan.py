@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gateway.bench.synthetic import SyntheticSpec, build_synthetic
+from bench.synthetic import SyntheticSpec, build_synthetic
 from gateway.config import TierSettings
 from gateway.engines.device import ComputePath
 from gateway.engines.experts.plan import ExpertStreaming, expert_layout, plan_streamed

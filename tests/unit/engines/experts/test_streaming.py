@@ -8,7 +8,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from gateway.bench.synthetic import build_synthetic
+from bench.synthetic import build_synthetic
 from gateway.engines.experts.bank import f16_to_f32
 from gateway.engines.experts.plan import ExpertPlan, StreamedExperts
 from gateway.engines.experts.safetensors_index import index_folder

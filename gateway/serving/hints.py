@@ -41,8 +41,8 @@ from gateway.engines.backend import (
 )
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.metrics import GatewayMetrics
+from gateway.protocol.hints import TypingHint, TypingHintRequest
 from gateway.protocol.openai import shorten
-from gateway.protocol.typing import TypingHint, TypingHintRequest
 from gateway.serving.messages import template_messages, tool_specs
 from gateway.serving.speculation import GREEDY, Speculation, Speculator
 from gateway.serving.tiers import Tier, TierRegistry
@@ -116,7 +116,7 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return min(len(a), len(b))
 
 
-class TypingService:
+class HintService:
     """Owns the typing hints and their pre-prefill jobs."""
 
     def __init__(

@@ -1,4 +1,4 @@
-"""``gateway bench``: measurements with one method (see ``gateway.bench.stats``)."""
+"""``gateway bench``: measurements with one method (see ``bench.stats``)."""
 
 from __future__ import annotations
 
@@ -66,5 +66,5 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 def run_bench(args: argparse.Namespace) -> int:
     if args.runs < 5:
         print("note: fewer than 5 runs is below this project's benchmark method")
-    module = importlib.import_module(f"gateway.bench.{args.benchmark}")
+    module = importlib.import_module(f"bench.{args.benchmark}")
     return int(module.main(args))

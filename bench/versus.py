@@ -32,10 +32,7 @@ from typing import Any
 
 import httpx
 
-from gateway.bench.process import start_gateway, start_mlx_lm_server, store_serving
-from gateway.bench.stats import Summary, ratio, table, write_json
-from gateway.bench.streaming import Streamed, stream_chat
-from gateway.bench.typing import (
+from bench.hints import (
     DEFAULT_NOTES,
     NEW_MESSAGE,
     _ready_hint,
@@ -43,6 +40,9 @@ from gateway.bench.typing import (
     fixed_context,
     notes_for,
 )
+from bench.process import start_gateway, start_mlx_lm_server, store_serving
+from bench.stats import Summary, ratio, table, write_json
+from bench.streaming import Streamed, stream_chat
 
 SECOND_MESSAGE = "And which one should I keep for last?"
 THIRD_MESSAGE = "Thanks. How long should the whole tour take?"

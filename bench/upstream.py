@@ -14,9 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.chat import measure, stream_token_times
-from gateway.bench.process import start_gateway, start_mlx_lm_server
-from gateway.bench.stats import Summary, ratio, table, write_json
+from bench.chat import measure, stream_token_times
+from bench.process import start_gateway, start_mlx_lm_server
+from bench.stats import Summary, ratio, table, write_json
 
 TIER = "upstream"
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import httpx
 
-from gateway.bench.process import (
+from bench.process import (
     RunningGateway,
     RunningUpstream,
     baseline_env,
@@ -49,8 +49,8 @@ from gateway.bench.process import (
     start_mlx_lm_server,
     store_serving,
 )
-from gateway.bench.stats import Summary, table, write_json
-from gateway.bench.streaming import stream_chat
+from bench.stats import Summary, table, write_json
+from bench.streaming import stream_chat
 from gateway.modelstore.store import DEFAULT_MODEL_ID
 
 SERVER = "mlx_lm.server"

@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.models import peak_rss_bytes
-from gateway.bench.process import RunningGateway, start_gateway
-from gateway.bench.stats import Summary, ratio, table, write_json
-from gateway.bench.streaming import stream_chat
+from bench.models import peak_rss_bytes
+from bench.process import RunningGateway, start_gateway
+from bench.stats import Summary, ratio, table, write_json
+from bench.streaming import stream_chat
 
 MODEL_NAME = "qwen3-moe-1.7b-f16"
 SHAPE: dict[str, Any] = {
@@ -55,7 +55,7 @@ HIT = re.compile(r'gateway_expert_cache_(hits|misses)_total\{tier="default"\} ([
 
 def build_model(cache_root: Path) -> Path:
     """The synthetic model's folder, built once (~40 s here) and reused."""
-    from gateway.bench.synthetic import SyntheticSpec, build_synthetic
+    from bench.synthetic import SyntheticSpec, build_synthetic
 
     folder = cache_root / MODEL_NAME
     if not (folder / "config.json").is_file():

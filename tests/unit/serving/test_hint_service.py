@@ -9,9 +9,9 @@ import pytest
 
 from gateway.errors import InvalidRequestError
 from gateway.metrics import GatewayMetrics
-from gateway.protocol.typing import TypingHintRequest
+from gateway.protocol.hints import TypingHintRequest
+from gateway.serving.hints import HintService, PrefillState
 from gateway.serving.tiers import Tier, TierRegistry
-from gateway.serving.typing import PrefillState, TypingService
 from tests.unit.fake_backend import FakeBackend, tokens_of
 
 HISTORY = [
@@ -22,10 +22,10 @@ HISTORY = [
 FULL = [*HISTORY, {"role": "user", "content": "What is MLX?"}]
 
 
-def make(idle_seconds: float = 60.0, hints: bool = True) -> tuple[TypingService, FakeBackend]:
+def make(idle_seconds: float = 60.0, hints: bool = True) -> tuple[HintService, FakeBackend]:
     backend = FakeBackend(hints=hints)
     registry = TierRegistry({"fast": Tier("fast", backend, 0)}, {}, "fast")  # type: ignore[arg-type]
-    return TypingService(registry, GatewayMetrics(), idle_seconds), backend
+    return HintService(registry, GatewayMetrics(), idle_seconds), backend
 
 
 def hint_request(messages: list[dict[str, str]] = HISTORY, **extra: Any) -> TypingHintRequest:

@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from gateway.bench.process import RunningGateway, start_gateway
-from gateway.bench.stats import Summary, ratio, table, write_json
+from bench.process import RunningGateway, start_gateway
+from bench.stats import Summary, ratio, table, write_json
 
 REQUESTS = 20
 SECRET = "bench-peer-secret-0123456789"

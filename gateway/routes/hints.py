@@ -6,12 +6,12 @@ from litestar import Controller, delete, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 
-from gateway.protocol.typing import TypingHint, TypingHintRequest
+from gateway.protocol.hints import TypingHint, TypingHintRequest
 from gateway.routes.errors import ERROR_RESPONSES
-from gateway.serving.typing import TypingService
+from gateway.serving.hints import HintService
 
 
-class TypingController(Controller):
+class HintController(Controller):
     path = "/v1/typing"
     tags = ["Typing hints (gateway extension)"]
 
@@ -22,13 +22,13 @@ class TypingController(Controller):
         responses=ERROR_RESPONSES,
     )
     async def create(
-        self, data: JSONBody[TypingHintRequest], typing: NamedDependency[TypingService]
+        self, data: JSONBody[TypingHintRequest], typing: NamedDependency[HintService]
     ) -> TypingHint:
         return (await typing.post(data)).view()
 
     @get("/{hint_id:str}", summary="A typing hint's state", responses=ERROR_RESPONSES)
     async def retrieve(
-        self, hint_id: FromPath[str], typing: NamedDependency[TypingService]
+        self, hint_id: FromPath[str], typing: NamedDependency[HintService]
     ) -> TypingHint:
         return typing.get(hint_id).view()
 
@@ -39,6 +39,6 @@ class TypingController(Controller):
         responses=ERROR_RESPONSES,
     )
     async def abort(
-        self, hint_id: FromPath[str], typing: NamedDependency[TypingService]
+        self, hint_id: FromPath[str], typing: NamedDependency[HintService]
     ) -> TypingHint:
         return typing.abort(hint_id).view()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.stats import Summary, ratio, table, write_json
+from bench.stats import Summary, ratio, table, write_json
 
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper, as JSON."}]
 SCHEMA = {

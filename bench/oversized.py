@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from gateway.bench.process import start_gateway
-from gateway.bench.stats import Summary, ratio, table, write_json
+from bench.process import start_gateway
+from bench.stats import Summary, ratio, table, write_json
 
 CLIENTS = 8
 MESSAGES = 40_000  # ~2.4 MB: under the default max_request_bytes (4 MiB)

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.process import start_gateway
-from gateway.bench.stats import Summary, table, write_json
+from bench.process import start_gateway
+from bench.stats import Summary, table, write_json
 from gateway.modelstore.store import DEFAULT_MODEL_ID
 
 BATCH_SIZES = (1, 8, 32)

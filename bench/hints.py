@@ -20,9 +20,9 @@ from typing import Any
 
 import httpx
 
-from gateway.bench.process import start_gateway
-from gateway.bench.stats import Summary, ratio, table, write_json
-from gateway.bench.streaming import stream_chat
+from bench.process import start_gateway
+from bench.stats import Summary, ratio, table, write_json
+from bench.streaming import stream_chat
 from gateway.modelstore.store import DEFAULT_MODEL_ID
 
 NEW_MESSAGE = "Given all that, which city should I visit first, and why?"

@@ -14,9 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.process import start_gateway
-from gateway.bench.stats import Summary, ratio, table, write_json
-from gateway.bench.typing import NEW_MESSAGE, _ready_hint, _ttft, fixed_context
+from bench.hints import NEW_MESSAGE, _ready_hint, _ttft, fixed_context
+from bench.process import start_gateway
+from bench.stats import Summary, ratio, table, write_json
 
 OTHER_MESSAGE = "And which one should I keep for last?"
 

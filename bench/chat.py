@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
-from gateway.bench.process import start_gateway
-from gateway.bench.stats import Summary, ratio, table, write_json
-from gateway.bench.streaming import stream_chat
+from bench.process import start_gateway
+from bench.stats import Summary, ratio, table, write_json
+from bench.streaming import stream_chat
 
 PROMPT = [
     {"role": "system", "content": "You are a helpful assistant who writes vivid prose."},
