@@ -125,10 +125,12 @@ def start_gateway(
     extra_env: dict[str, str] | None = None,
     port: int | None = None,
     cwd: Path | None = None,
+    python: str | None = None,
 ) -> RunningGateway:
     """A gateway process on ``port`` (default: a free one); ``cpus`` pins it to those cores
     (``taskset -c``). ``cwd``: where it runs; another version's source (``baseline_env``)
-    needs one outside this checkout, whose ``gateway`` package ``-m`` would import first."""
+    needs one outside this checkout, whose ``gateway`` package ``-m`` would import first.
+    ``python``: the interpreter that runs it (default this one; another virtualenv's)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "gateway.toml"
     config = dict(config or {})
@@ -143,7 +145,7 @@ def start_gateway(
     process = subprocess.Popen(
         [
             *pinned,
-            sys.executable,
+            python or sys.executable,
             "-m",
             "gateway",
             "serve",

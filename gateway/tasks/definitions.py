@@ -39,8 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gateway.engines.grammar import strict_objects
 
-# The project's own task types: the top-level prompts/ folder beside the package.
-BUILTIN_PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
+# The project's own task types ship inside the package (package data, so a wheel has them);
+# the top-level prompts/ of a checkout is a link to this folder.
+BUILTIN_PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 DEFAULT_THINKING_CHARS = 600
 # The tag is the model's private thinking section: a name of our own, never the model's
 # own <think> (which clashed with small models' habits in the seed system).
