@@ -139,7 +139,7 @@ async function send(event) {
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
-      // Server-Sent Events may end lines with \r\n (sse-starlette does): normalize first.
+      // Server-Sent Events may end lines with \r\n (Litestar does): normalize first.
       buffer += decoder.decode(value, { stream: true }).replace(/\r\n/g, "\n");
       let cut;
       while ((cut = buffer.indexOf("\n\n")) >= 0) {

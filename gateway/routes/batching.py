@@ -12,6 +12,11 @@ kept and carried on, under the caller's own task, once the batch so far is out. 
 relays the future to the task and the task's answers (results, cancellation) back into the
 step, as ``yield from`` does; so no task is added per stream and nothing changes when items
 come one at a time (the first ``await`` behaves as a plain ``anext``).
+
+The same hand-driven step gives keep-alive pings without a task of their own: while the
+source waits (a queued request, a long prefill, a paused background job), the step's future
+is watched together with a timer; when the timer comes first, an empty batch is handed over
+(the stream writes a ping) and the step, untouched, is carried on afterwards.
 """
 
 from __future__ import annotations
@@ -24,44 +29,93 @@ from typing import Any, TypeVar, cast
 T = TypeVar("T")
 
 
-class _Carry:
-    """Awaits a started coroutine that has suspended on ``yielded``, to its end."""
+_TIMED_OUT = object()
 
-    def __init__(self, step: Coroutine[Any, Any, Any], yielded: Any) -> None:
+
+class _Carry:
+    """Awaits a started coroutine that has suspended on ``yielded``, to its end; or, with
+    ``ping_every``, until it has waited that long on one future (then ``_TIMED_OUT``, and
+    awaiting the same carry again goes on waiting)."""
+
+    def __init__(
+        self, step: Coroutine[Any, Any, Any], yielded: Any, ping_every: float | None = None
+    ) -> None:
         self.step = step
         self.yielded = yielded
+        self.ping_every = ping_every
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        step, yielded = self.step, self.yielded
+        step = self.step
         while True:
+            yielded = self.yielded
             try:
-                sent = yield yielded
+                if self.ping_every is not None and isinstance(yielded, asyncio.Future):
+                    if not (yield from _watch(yielded, self.ping_every)):
+                        return _TIMED_OUT  # still waiting on ``yielded``: not stepped
+                    sent = None  # the future is done: the step reads its result itself
+                else:
+                    sent = yield yielded
             except GeneratorExit:
                 step.close()
                 raise
             except BaseException as error:  # a cancellation: delivered where it waits
                 try:
-                    yielded = step.throw(error)
+                    self.yielded = step.throw(error)
                 except StopIteration as done:
                     return done.value
-            else:
-                try:
-                    yielded = step.send(sent)
-                except StopIteration as done:
-                    return done.value
+                continue
+            try:
+                self.yielded = step.send(sent)
+            except StopIteration as done:
+                return done.value
 
 
-async def ready_batches(source: AsyncIterator[T], limit: int = 64) -> AsyncGenerator[list[T], None]:
+def _watch(waited: asyncio.Future[Any], seconds: float) -> Generator[Any, Any, bool]:
+    """Wait until ``waited`` is done (True) or ``seconds`` pass (False), without touching it;
+    a cancellation while waiting cancels ``waited`` too, as a task waiting on it would."""
+    loop = waited.get_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    waited.add_done_callback(wake)
+    timer = loop.call_later(seconds, wake)
+    try:
+        yield from woken.__await__()
+    except BaseException:
+        waited.cancel()
+        raise
+    finally:
+        timer.cancel()
+        waited.remove_done_callback(wake)
+    return waited.done()
+
+
+async def ready_batches(
+    source: AsyncIterator[T], limit: int = 64, ping_every: float | None = None
+) -> AsyncGenerator[list[T], None]:
     """``source``'s items: the next one (waited for), with all that follow it at once (up to
-    ``limit`` in a batch). Closing this closes nothing: the caller owns ``source``."""
-    carried: _Carry | None = None
+    ``limit`` in a batch). With ``ping_every``: an empty batch each time the source has made
+    the caller wait that long. Closing this closes nothing: the caller owns ``source``."""
+    carried: _Carry | _Ready | None = None
     while True:
         try:
-            first = cast(T, await carried) if carried is not None else await anext(source)
+            if carried is None:
+                carried = _start(source, ping_every)
+            first = await carried if isinstance(carried, _Carry) else carried.value
         except StopAsyncIteration:
             return
+        if first is _TIMED_OUT:
+            try:
+                yield []
+            except BaseException:
+                await _abandon(cast(_Carry, carried))
+                raise
+            continue
         carried = None
-        batch = [first]
+        batch = [cast(T, first)]
         ended = False
         failure: Exception | None = None
         while len(batch) < limit:
@@ -77,18 +131,36 @@ async def ready_batches(source: AsyncIterator[T], limit: int = 64) -> AsyncGener
             except Exception as error:  # raised after the items before it: those go first
                 failure = error
                 break
-            carried = _Carry(step, yielded)  # it waits: carried on after this batch
+            carried = _Carry(step, yielded, ping_every)  # it waits: carried on after this batch
             break
         try:
             yield batch
         except BaseException:
-            if carried is not None:
+            if isinstance(carried, _Carry):
                 await _abandon(carried)
             raise
         if failure is not None:
             raise failure
         if ended:
             return
+
+
+class _Ready:
+    """The first step of a batch when it finished at once: its item."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _start(source: AsyncIterator[Any], ping_every: float | None) -> _Carry | _Ready:
+    """The next item's step started by hand: its item if ready, else the carry that waits.
+    The source's end (StopAsyncIteration) and its errors are raised here."""
+    step = cast(Coroutine[Any, Any, Any], source.__anext__())
+    try:
+        yielded = step.send(None)
+    except StopIteration as done:
+        return _Ready(done.value)
+    return _Carry(step, yielded, ping_every)
 
 
 async def _abandon(carried: _Carry) -> None:

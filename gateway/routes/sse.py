@@ -1,4 +1,5 @@
-"""Server-Sent Events responses (sse-starlette: keep-alive pings, disconnect detection).
+"""Server-Sent Events responses, on Litestar's own ``ServerSentEvent`` (which also stops the
+stream when the client disconnects).
 
 OpenAI's streams end with ``data: [DONE]`` after the last model, or, when something fails
 after the 200 was sent, an error envelope as the last event. Anthropic's streams (and the
@@ -6,8 +7,10 @@ peers' ticket streams, and OpenAI's Responses streams) name each event after its
 and have no ``[DONE]``; a failure is an ``error`` event.
 
 Events that are ready together (the model ran ahead of the writer) go out in one write: each
-framed by sse-starlette's own ``ServerSentEvent``, their bytes joined (``ready_batches``).
-The bytes on the wire are the same; only fewer writes carry them.
+framed as its own message, their bytes joined (``ready_batches``); the bytes on the wire are
+the same, only fewer writes carry them. While nothing comes for ``SSE_PING_SECONDS`` (a
+queued request, a long prefill, a paused background job), a comment keeps the connection
+alive through proxies and clients' read timeouts.
 """
 
 from __future__ import annotations
@@ -15,12 +18,12 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
-from litestar import Response
+from litestar.response import ServerSentEvent
+from litestar.response.sse import ServerSentEventMessage
 from pydantic import BaseModel
-from sse_starlette import EventSourceResponse, ServerSentEvent
-from starlette.types import Message, Send
 
 from gateway.errors import GatewayError, ShuttingDownError
 from gateway.protocol.peer import TicketError
@@ -30,23 +33,22 @@ from gateway.routes.errors import anthropic_error_body, gateway_error_body
 
 log = logging.getLogger(__name__)
 
-SSE_PING_SECONDS = 10
-SSE_SEPARATOR = EventSourceResponse.DEFAULT_SEPARATOR
+SSE_PING_SECONDS = 10.0
+PING = ServerSentEventMessage(comment="ping", data=None)
 
 
-class _EventStream(EventSourceResponse):
-    """sse-starlette's response, without a cancel scope around each write when it has no
-    send timeout (the scope times nothing then, and costs an enter and exit per write)."""
+@dataclass
+class _Framed(ServerSentEventMessage):
+    """Messages already framed (several events ready together): sent as they are."""
 
-    async def _send_with_timeout(self, send: Send, message: Message) -> None:
-        if self.send_timeout is None:
-            await send(message)
-            return
-        await super()._send_with_timeout(send, message)
+    frames: bytes = b""
+
+    def encode(self) -> bytes:
+        return self.frames
 
 
-class ServerSentEvents(Response[Any]):
-    """Hands an sse-starlette stream to Litestar as this handler's response."""
+class ServerSentEvents(ServerSentEvent):
+    """A handler's stream of protocol models as Server-Sent Events in one of the dialects."""
 
     def __init__(
         self,
@@ -57,7 +59,6 @@ class ServerSentEvents(Response[Any]):
     ) -> None:
         """``event_ids``: named dialects only; each event's ``id`` from its name and data (the
         peers sign their answers this way)."""
-        super().__init__(content=None, media_type="text/event-stream")
         if dialect == "openai":
             events = _events(models)
         else:
@@ -65,23 +66,30 @@ class ServerSentEvents(Response[Any]):
                 dialect, _peer_error
             )
             events = _named_events(models, body, event_ids)
-        self.stream = _EventStream(
-            events, ping=SSE_PING_SECONDS, headers=headers, sep=SSE_SEPARATOR
-        )
-
-    def to_asgi_response(self, *args: Any, **kwargs: Any) -> Any:
-        return self.stream
+        # no-store: a stream is one answer, never to be replayed from a cache.
+        super().__init__(events, headers={"Cache-Control": "no-store", **(headers or {})})
 
 
 def _framed(data: str, event: str | None = None, event_id: str | None = None) -> bytes:
-    return ServerSentEvent(data=data, event=event, id=event_id, sep=SSE_SEPARATOR).encode()
+    return ServerSentEventMessage(data=data, event=event, id=event_id).encode()
 
 
-async def _events(models: AsyncGenerator[BaseModel, None]) -> AsyncIterator[bytes | dict[str, str]]:
+def _batches(
+    models: AsyncGenerator[BaseModel, None],
+) -> AsyncGenerator[list[BaseModel], None]:
+    return ready_batches(models, ping_every=SSE_PING_SECONDS)
+
+
+async def _events(
+    models: AsyncGenerator[BaseModel, None],
+) -> AsyncIterator[ServerSentEventMessage | dict[str, str]]:
     try:
-        async with aclosing(models) as stream, aclosing(ready_batches(stream)) as batches:
+        async with aclosing(models) as stream, aclosing(_batches(stream)) as batches:
             async for batch in batches:
-                yield b"".join(_framed(model.model_dump_json()) for model in batch)
+                if not batch:
+                    yield PING
+                    continue
+                yield _Framed(frames=b"".join(_framed(m.model_dump_json()) for m in batch))
     except GatewayError as exc:  # after the 200 was sent: report inside the stream
         yield {"data": gateway_error_body(exc).model_dump_json()}
         if not isinstance(exc, ShuttingDownError):
@@ -117,18 +125,23 @@ async def _named_events(
     models: AsyncGenerator[BaseModel, None],
     error_body: Callable[[GatewayError], BaseModel],
     event_ids: Callable[[str, str], str] | None = None,
-) -> AsyncIterator[bytes | dict[str, str]]:
+) -> AsyncIterator[ServerSentEventMessage]:
     def framed(name: str, data: str) -> bytes:
         return _framed(data, name, event_ids(name, data) if event_ids else None)
 
     try:
-        async with aclosing(models) as stream, aclosing(ready_batches(stream)) as batches:
+        async with aclosing(models) as stream, aclosing(_batches(stream)) as batches:
             async for batch in batches:
-                yield b"".join(
-                    framed(str(getattr(model, "type", "message")), model.model_dump_json())
-                    for model in batch
+                if not batch:
+                    yield PING
+                    continue
+                yield _Framed(
+                    frames=b"".join(
+                        framed(str(getattr(model, "type", "message")), model.model_dump_json())
+                        for model in batch
+                    )
                 )
     except GatewayError as exc:
-        yield framed("error", error_body(exc).model_dump_json())
+        yield _Framed(frames=framed("error", error_body(exc).model_dump_json()))
     except Exception as exc:  # never a silently cut stream
-        yield framed("error", error_body(_unexpected(exc)).model_dump_json())
+        yield _Framed(frames=framed("error", error_body(_unexpected(exc)).model_dump_json()))

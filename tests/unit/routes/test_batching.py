@@ -95,3 +95,58 @@ async def test_closing_the_batches_mid_step_leaves_the_source_closable() -> None
             assert batch == [1]
             break  # a step of the source is under way (waiting on the empty queue)
     assert log == ["closed"]
+
+
+async def test_a_waiting_source_gets_pings_and_is_not_disturbed() -> None:
+    queue: asyncio.Queue[int | None] = asyncio.Queue()
+    log: list[str] = []
+
+    async def produce() -> None:
+        queue.put_nowait(1)
+        await asyncio.sleep(0.35)  # long enough for a few pings
+        queue.put_nowait(2)
+        queue.put_nowait(None)
+
+    producer = asyncio.create_task(produce())
+    batches = [b async for b in ready_batches(from_queue(queue, log), ping_every=0.1)]
+    await producer
+    assert batches[0] == [1] and batches[-1] == [2]
+    assert 2 <= batches.count([]) <= 4  # pings while waiting, nothing lost or repeated
+    assert [item for batch in batches for item in batch] == [1, 2]
+    assert log == ["closed"]
+
+
+async def test_a_source_ready_in_time_gets_no_ping() -> None:
+    queue: asyncio.Queue[int | None] = asyncio.Queue()
+
+    async def produce() -> None:
+        for item in (1, 2, 3):
+            await asyncio.sleep(0.01)
+            queue.put_nowait(item)
+        queue.put_nowait(None)
+
+    producer = asyncio.create_task(produce())
+    batches = [b async for b in ready_batches(from_queue(queue, []), ping_every=5)]
+    await producer
+    assert [] not in batches
+    assert [item for batch in batches for item in batch] == [1, 2, 3]
+
+
+async def test_a_consumer_cancelled_between_pings_cancels_the_source_where_it_waits() -> None:
+    queue: asyncio.Queue[int | None] = asyncio.Queue()
+    log: list[str] = []
+    got: list[list[int]] = []
+
+    async def consume() -> None:
+        async for batch in ready_batches(from_queue(queue, log), ping_every=0.05):
+            got.append(batch)
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.12)  # two pings, the source still waiting on the queue
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert got == [[], []]
+    assert log == ["closed"]
+    queue.put_nowait(1)  # nobody waits on the queue any more
+    assert queue.qsize() == 1
