@@ -24,7 +24,7 @@ from litestar.static_files import create_static_files_router
 from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Send
 
 from gateway.config import ConfigError, Settings, TierSettings
-from gateway.engines.backend import Backend
+from gateway.engines.backend import Backend, Priority
 from gateway.engines.device import ComputePath, choose_compute_path
 from gateway.engines.experts.plan import ExpertStreaming, StreamedExperts, plan_streamed
 from gateway.engines.experts.stats import CallbackListener, ExpertStats
@@ -56,7 +56,6 @@ from gateway.routes.ops import OpsController
 from gateway.routes.peer import PeerController
 from gateway.routes.responses import ResponsesController
 from gateway.routes.tasks import TasksController
-from gateway.scheduler.jobs import Priority
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
 from gateway.serving.anthropic import AnthropicMessages
 from gateway.serving.chat import ChatService

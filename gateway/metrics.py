@@ -7,11 +7,10 @@ existing dashboards map over directly.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
-from gateway.scheduler.gates import GATE_NAMES
-from gateway.scheduler.jobs import Priority
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
 TPS_BUCKETS = (1, 2, 5, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000)
@@ -20,7 +19,11 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class GatewayMetrics:
-    """The gateway's metric families, registered in their own registry."""
+    """The gateway's metric families, registered in their own registry.
+
+    It is also the scheduler's observer (``gateway.scheduler.observer.SchedulerObserver``):
+    the scheduler reports its events here instead of importing this module.
+    """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -241,6 +244,13 @@ class GatewayMetrics:
             ["peer"],
             registry=r,
         )
+        self.peers_discovered = Gauge(
+            "gateway_peers_discovered",
+            "Peers found on the LAN (mDNS), by state: used, or refused (other task definitions "
+            "or protocol).",
+            ["state"],
+            registry=r,
+        )
         # Expert streaming (gateway.engines.experts). No vLLM/llama.cpp counterpart; the
         # hits and misses are counted per MoE layer and step (one lookup per routed expert).
         self.expert_cache_hits = Counter(
@@ -268,10 +278,36 @@ class GatewayMetrics:
             buckets=EXPERT_READ_BUCKETS,
             registry=r,
         )
-        for priority in Priority:
-            self.queue_depth.labels(priority.label).set(0)
-        for gate in GATE_NAMES:
-            self.gate_closed.labels(gate).set(0)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+    # -- the scheduler's observer (the scheduler publishes its lanes when it is built) ----------
+
+    def job_rejected(self, lane: str, reason: str) -> None:
+        self.rejections.labels(lane, reason).inc()
+
+    def job_waited(self, lane: str, seconds: float) -> None:
+        self.queue_wait.labels(lane).observe(seconds)
+
+    def slot_taken(self) -> None:
+        self.slot_busy.set(1)
+
+    def slot_freed(self, held_seconds: float) -> None:
+        self.slot_busy_seconds.inc(held_seconds)
+        self.slot_busy.set(0)
+
+    def job_preempted(self, lane: str) -> None:
+        self.preemptions.labels(lane).inc()
+
+    def job_cancelled(self, lane: str, stage: str) -> None:
+        self.cancellations.labels(lane, stage).inc()
+
+    def job_memory_released(self, lane: str) -> None:
+        self.paused_memory_released.labels(lane).inc()
+
+    def lanes_changed(self, gates_closed: Mapping[str, bool], depths: Mapping[str, int]) -> None:
+        for name, closed in gates_closed.items():
+            self.gate_closed.labels(name).set(1 if closed else 0)
+        for lane, depth in depths.items():
+            self.queue_depth.labels(lane).set(depth)

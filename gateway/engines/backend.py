@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
+from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from gateway.scheduler.jobs import Priority
+from gateway.errors import InvalidRequestError
 
 if TYPE_CHECKING:
     from gateway.engines.reasoning import ReplyFormat
@@ -31,6 +32,30 @@ if TYPE_CHECKING:
 ChatMessage = dict[str, Any]
 FinishReason = Literal["stop", "length"]
 BackendKind = Literal["mlx", "openai", "peer"]
+
+
+class Priority(IntEnum):
+    """Priority classes, most urgent first (a lower value wins)."""
+
+    USER = 0  # the person at the keyboard
+    TASK = 1  # foreground work the user asked for
+    BACKGROUND = 2  # summaries, audits, batch work
+
+    @classmethod
+    def parse(cls, value: str | None, default: Priority) -> Priority:
+        if value is None or value == "":
+            return default
+        try:
+            return cls[value.strip().upper()]
+        except KeyError:
+            names = ", ".join(p.name.lower() for p in cls)
+            raise InvalidRequestError(
+                f"unknown priority {value[:40]!r}; use one of: {names}", param="priority"
+            ) from None
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
 
 
 @dataclass(frozen=True)

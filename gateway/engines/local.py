@@ -22,6 +22,7 @@ from gateway.engines.backend import (
     ChatMessage,
     GenerationRequest,
     PrefillProgress,
+    Priority,
     Prompt,
     Started,
     TextPrompt,
@@ -34,7 +35,7 @@ from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.residency import LocalModels, Resident
 from gateway.engines.runner import ModelRunner, PromptState
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
-from gateway.scheduler.jobs import Job, JobState, Priority
+from gateway.scheduler.jobs import Job, JobState
 from gateway.scheduler.slot import Scheduler
 
 log = logging.getLogger(__name__)

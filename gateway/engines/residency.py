@@ -20,12 +20,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from gateway.engines.backend import Priority
 from gateway.engines.experts.stats import ExpertStats
 from gateway.engines.runner import ModelRunner
 from gateway.engines.weights import WeightsChoice
 from gateway.errors import ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
-from gateway.scheduler.jobs import Job, Priority
+from gateway.scheduler.jobs import Job
 from gateway.scheduler.slot import Scheduler
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from gateway.engines.backend import PrefillProgress
+from gateway.engines.backend import PrefillProgress, Priority
 from gateway.errors import (
     AuthenticationError,
     ConflictError,
@@ -42,7 +42,6 @@ from gateway.protocol.peer import (
     TicketUsage,
 )
 from gateway.protocol.tasks import TaskRunRequest
-from gateway.scheduler.jobs import Priority
 from gateway.scheduler.slot import Scheduler
 from gateway.serving.tasks import TaskRun, TaskService
 

@@ -7,34 +7,10 @@ import itertools
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from enum import IntEnum, StrEnum
+from enum import StrEnum
 from typing import Any
 
-from gateway.errors import InvalidRequestError
-
-
-class Priority(IntEnum):
-    """Priority classes, most urgent first (a lower value wins)."""
-
-    USER = 0  # the person at the keyboard
-    TASK = 1  # foreground work the user asked for
-    BACKGROUND = 2  # summaries, audits, batch work
-
-    @classmethod
-    def parse(cls, value: str | None, default: Priority) -> Priority:
-        if value is None or value == "":
-            return default
-        try:
-            return cls[value.strip().upper()]
-        except KeyError:
-            names = ", ".join(p.name.lower() for p in cls)
-            raise InvalidRequestError(
-                f"unknown priority {value[:40]!r}; use one of: {names}", param="priority"
-            ) from None
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
+from gateway.engines.backend import Priority
 
 
 class JobState(StrEnum):

@@ -13,7 +13,8 @@ import threading
 from collections.abc import Iterator
 from types import TracebackType
 
-from gateway.scheduler.jobs import Job, JobState, Priority
+from gateway.engines.backend import Priority
+from gateway.scheduler.jobs import Job, JobState
 from gateway.scheduler.slot import Scheduler
 
 # How often a held lease checks whether its job was cancelled (shutdown, disconnect).

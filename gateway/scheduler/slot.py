@@ -26,11 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.engines.backend import Priority
 from gateway.errors import QueueFullError, ServiceUnavailableError
-from gateway.metrics import GatewayMetrics
 from gateway.scheduler.gates import GATE_NAMES, Gates
 from gateway.scheduler.handoff import EventHandoff
-from gateway.scheduler.jobs import Job, JobState, Priority
+from gateway.scheduler.jobs import Job, JobState
+from gateway.scheduler.observer import SchedulerObserver
 from gateway.scheduler.pacing import prefill_chunk_tokens
 
 log = logging.getLogger(__name__)
@@ -67,10 +68,10 @@ class Scheduler:
     """Owns the inference slot, the per-class queues and the gates."""
 
     def __init__(
-        self, config: SchedulerConfig, metrics: GatewayMetrics, clock: Clock = time.monotonic
+        self, config: SchedulerConfig, observer: SchedulerObserver, clock: Clock = time.monotonic
     ) -> None:
         self.config = config
-        self.metrics = metrics
+        self.observer = observer
         self.clock = clock
         self.gates = Gates(config.pipeline_grace, config.typing_quiet, config.prefill_freeze_max)
         self.queues: dict[Priority, deque[Job]] = {p: deque() for p in Priority}
@@ -85,6 +86,7 @@ class Scheduler:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._publish_gauges()  # every lane and gate shows from the start, at zero
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -119,7 +121,7 @@ class Scheduler:
         queue = self.queues[job.priority]
         limit = self.config.max_queued[job.priority]
         if len(queue) >= limit:
-            self.metrics.rejections.labels(job.priority.label, "queue_full").inc()
+            self.observer.job_rejected(job.priority.label, "queue_full")
             retry = self._mean_job_seconds * (len(queue) + 1)
             # Spread (+-25%) so that clients refused together do not all return together.
             retry *= random.uniform(0.75, 1.25)
@@ -147,7 +149,7 @@ class Scheduler:
             oldest = next((j for j in self.hint_queue if j.preemptions == 0), None)
             if oldest is None:
                 break
-            self.metrics.rejections.labels(HINT_LANE, "queue_full").inc()
+            self.observer.job_rejected(HINT_LANE, "queue_full")
             oldest.cancel()
         job.submitted_at = self.clock()
         job._cancel_hook = self._on_cancel
@@ -319,7 +321,7 @@ class Scheduler:
             for job in [j for j in queue if j.preemptions == 0]:
                 if now - job.submitted_at >= self.config.max_queue_wait:
                     queue.remove(job)
-                    self.metrics.rejections.labels(_label(job), "queue_timeout").inc()
+                    self.observer.job_rejected(_label(job), "queue_timeout")
                     self._finish(
                         job,
                         JobState.FAILED,
@@ -350,12 +352,12 @@ class Scheduler:
         now = self.clock()
         if job.started_at is None:
             job.started_at = now
-            self.metrics.queue_wait.labels(job.priority.label).observe(now - job.submitted_at)
+            self.observer.job_waited(job.priority.label, now - job.submitted_at)
         job.state = JobState.RUNNING
         self.running = job
         if job.priority is Priority.USER:
             self.gates.user_running = True
-        self.metrics.slot_busy.set(1)
+        self.observer.slot_taken()
         self._publish_gauges()
         self._maybe_preempt()  # a user job may have queued while this one waited
         loop = asyncio.get_running_loop()
@@ -364,8 +366,7 @@ class Scheduler:
             end = await loop.run_in_executor(self._thread, self._run_slice, job, loop)
         finally:
             held = time.perf_counter() - started
-            self.metrics.slot_busy_seconds.inc(held)
-            self.metrics.slot_busy.set(0)
+            self.observer.slot_freed(held)
             self.running = None
             if job.priority is Priority.USER:
                 self.gates.user_running = False
@@ -373,11 +374,11 @@ class Scheduler:
         if end == _SliceEnd.PREEMPTED:
             job.state = JobState.PREEMPTED
             job.preemptions += 1
-            self.metrics.preemptions.labels(_label(job)).inc()
+            self.observer.job_preempted(_label(job))
             self._queue_of(job).appendleft(job)
             await self._limit_paused_memory()
         elif end == _SliceEnd.CANCELLED:
-            self.metrics.cancellations.labels(job.priority.label, "running").inc()
+            self.observer.job_cancelled(job.priority.label, "running")
             self._finish(job, JobState.CANCELLED)
         elif end == _SliceEnd.FAILED:
             self._finish(job, JobState.FAILED, job.error)
@@ -405,7 +406,7 @@ class Scheduler:
             assert job.release_memory is not None
             if await loop.run_in_executor(self._thread, job.release_memory):
                 job.memory_released = True
-                self.metrics.paused_memory_released.labels(job.priority.label).inc()
+                self.observer.job_memory_released(job.priority.label)
 
     def _run_slice(self, job: Job, loop: asyncio.AbstractEventLoop) -> str:
         """Run ``job`` on the inference thread until it ends, is cancelled or is preempted."""
@@ -444,7 +445,7 @@ class Scheduler:
             if job in queue:
                 queue.remove(job)
                 stage = "preempted" if job.state is JobState.PREEMPTED else "queued"
-                self.metrics.cancellations.labels(_label(job), stage).inc()
+                self.observer.job_cancelled(_label(job), stage)
                 if job.steps is not None:
                     # A paused job holds engine state: release it on the engine's thread.
                     self._thread.submit(_close, job)
@@ -462,11 +463,9 @@ class Scheduler:
 
     def _publish_gauges(self) -> None:
         closed = self.gates.closed(self.clock())
-        for name in GATE_NAMES:
-            self.metrics.gate_closed.labels(name).set(1 if closed[name] else 0)
-        for priority, queue in self.queues.items():
-            self.metrics.queue_depth.labels(priority.label).set(len(queue))
-        self.metrics.queue_depth.labels(HINT_LANE).set(len(self.hint_queue))
+        depths = {priority.label: len(queue) for priority, queue in self.queues.items()}
+        depths[HINT_LANE] = len(self.hint_queue)
+        self.observer.lanes_changed({name: closed[name] for name in GATE_NAMES}, depths)
 
 
 def _label(job: Job) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.engines.backend import ChatMessage, Grammar, ToolSpec
+from gateway.engines.backend import ChatMessage, Grammar, Priority, ToolSpec
 from gateway.engines.grammar import for_grammar, strict_objects
 from gateway.engines.tool_format import ToolChoice
 from gateway.errors import InvalidRequestError
@@ -57,7 +57,6 @@ from gateway.protocol.anthropic import (
     ToolUseBlock,
     message_id,
 )
-from gateway.scheduler.jobs import Priority
 from gateway.serving.chat import ChatRun, ChatService, PreparedChat, SamplingRequest, ToolUse
 from gateway.serving.partial_json import partial_object
 from gateway.serving.reasoning import ReasoningPiece

@@ -23,6 +23,7 @@ from gateway.engines.backend import (
     GenerationRequest,
     Grammar,
     PrefillProgress,
+    Priority,
     Prompt,
     SamplingParams,
     Started,
@@ -43,7 +44,6 @@ from gateway.protocol.openai import (
     completion_id,
     now,
 )
-from gateway.scheduler.jobs import Priority
 from gateway.serving.dispatch import Dispatcher, TicketSpec
 from gateway.serving.hints import HintService
 from gateway.serving.reasoning import ReasoningPiece, ReasoningSplitter

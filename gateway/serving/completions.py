@@ -6,7 +6,7 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 
-from gateway.engines.backend import TextPrompt, TokenChoice
+from gateway.engines.backend import Priority, TextPrompt, TokenChoice
 from gateway.errors import ShuttingDownError
 from gateway.protocol.completions import (
     Completion,
@@ -15,7 +15,6 @@ from gateway.protocol.completions import (
     CompletionRequest,
     text_completion_id,
 )
-from gateway.scheduler.jobs import Priority
 from gateway.serving.chat import CarriedLogprobs, ChatRun, ChatService, PreparedChat
 from gateway.serving.openai_chat import openai_sampling
 

@@ -29,6 +29,7 @@ from gateway.engines.backend import (
     Finished,
     GenerationRequest,
     PrefillProgress,
+    Priority,
     Started,
     TokenEvent,
     continued,
@@ -36,7 +37,6 @@ from gateway.engines.backend import (
 from gateway.metrics import GatewayMetrics
 from gateway.peers.nodes import PeerFailed, PeerNode, PeerRefused, Peers
 from gateway.protocol.peer import Ticket
-from gateway.scheduler.jobs import Priority
 from gateway.scheduler.slot import Scheduler
 
 log = logging.getLogger(__name__)

@@ -14,6 +14,7 @@ import math
 import struct
 from collections.abc import Sequence
 
+from gateway.engines.backend import Priority
 from gateway.engines.embedding import Embedder
 from gateway.errors import InvalidRequestError
 from gateway.metrics import GatewayMetrics
@@ -23,7 +24,6 @@ from gateway.protocol.embeddings import (
     EmbeddingRequest,
     EmbeddingUsage,
 )
-from gateway.scheduler.jobs import Priority
 from gateway.serving.tiers import TierRegistry
 
 

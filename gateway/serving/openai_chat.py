@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
-from gateway.engines.backend import Grammar, TokenChoice
+from gateway.engines.backend import Grammar, Priority, TokenChoice
 from gateway.engines.grammar import for_grammar, strict_objects
 from gateway.engines.tool_format import ToolChoice
 from gateway.errors import ShuttingDownError
@@ -39,7 +39,6 @@ from gateway.protocol.openai import (
     TokenLogprob,
     TopLogprob,
 )
-from gateway.scheduler.jobs import Priority
 from gateway.serving.chat import (
     DEFAULT_TEMPERATURE,
     CarriedLogprobs,

@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from gateway.engines.backend import ChatMessage
+from gateway.engines.backend import ChatMessage, Priority
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.protocol.openai import shorten
 from gateway.protocol.responses import (
@@ -40,7 +40,6 @@ from gateway.protocol.responses_events import (
     ResponseIncompleteEvent,
     ResponseInProgressEvent,
 )
-from gateway.scheduler.jobs import Priority
 from gateway.serving.chat import (
     DEFAULT_TEMPERATURE,
     ChatService,

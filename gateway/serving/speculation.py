@@ -32,6 +32,7 @@ from gateway.engines.backend import (
     ChatMessage,
     Finished,
     GenerationRequest,
+    Priority,
     SamplingParams,
     Started,
     TokenEvent,
@@ -40,7 +41,6 @@ from gateway.engines.backend import (
 )
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
-from gateway.scheduler.jobs import Priority
 
 log = logging.getLogger(__name__)
 

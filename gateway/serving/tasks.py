@@ -17,7 +17,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.engines.backend import ChatMessage
+from gateway.engines.backend import ChatMessage, Priority
 from gateway.errors import NotFoundError, UnprocessableError
 from gateway.protocol.openai import MAX_STOP_SEQUENCES, shorten
 from gateway.protocol.tasks import (
@@ -29,7 +29,6 @@ from gateway.protocol.tasks import (
     TaskTypeInfo,
     TaskTypeList,
 )
-from gateway.scheduler.jobs import Priority
 from gateway.serving.chat import ChatRun, ChatService, PreparedChat, SamplingRequest
 from gateway.serving.dispatch import TicketSpec
 from gateway.serving.tiers import Tier, TierRegistry

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.engines import residency
+from gateway.engines.backend import Priority
 from gateway.engines.residency import LocalModels, Resident
 from gateway.errors import ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
-from gateway.scheduler.jobs import Priority
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
 from tests.unit.fake_runner import FakeRunner
 

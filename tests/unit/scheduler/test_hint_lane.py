@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.scheduler.jobs import Job, JobState, Priority
+from gateway.engines.backend import Priority
+from gateway.scheduler.jobs import Job, JobState
 from gateway.scheduler.pacing import prefill_chunk_tokens
 from tests.unit.scheduler.test_slot import FakeEngine, blocked_slot, make_scheduler
 

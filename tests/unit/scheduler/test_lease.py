@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+from gateway.engines.backend import Priority
 from gateway.metrics import GatewayMetrics
-from gateway.scheduler.jobs import Job, Priority
+from gateway.scheduler.jobs import Job
 from gateway.scheduler.lease import SlotLease
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
 

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from gateway.engines.backend import Priority
 from gateway.errors import QueueFullError, ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
-from gateway.scheduler.jobs import Job, JobState, Priority
+from gateway.scheduler.jobs import Job, JobState
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
 
 STEP_SECONDS = 0.002

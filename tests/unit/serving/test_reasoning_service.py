@@ -15,6 +15,7 @@ from gateway.engines.backend import (
     Finished,
     GenerationRequest,
     Grammar,
+    Priority,
     Prompt,
     Started,
     TokenEvent,
@@ -24,7 +25,6 @@ from gateway.engines.tool_format import Marker
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.anthropic import MessagesRequest
 from gateway.protocol.openai import ChatCompletionRequest
-from gateway.scheduler.jobs import Priority
 from gateway.serving.anthropic import AnthropicMessages
 from gateway.serving.chat import ChatService, SamplingRequest
 from gateway.serving.hints import HintService
