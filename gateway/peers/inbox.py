@@ -84,7 +84,7 @@ class PeerInbox:
 
     def hello(self) -> Hello:
         prompts = self.tasks.prompts
-        registry = prompts.registry
+        registry = self.tasks.chat.registry
         return Hello(
             node_id=self.node_id,
             version=self.version,

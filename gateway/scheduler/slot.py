@@ -16,45 +16,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from gateway.engines.backend import Priority
 from gateway.errors import QueueFullError, ServiceUnavailableError
+from gateway.scheduler import policy
 from gateway.scheduler.gates import GATE_NAMES, Gates
 from gateway.scheduler.handoff import EventHandoff
 from gateway.scheduler.jobs import Job, JobState
 from gateway.scheduler.observer import SchedulerObserver
 from gateway.scheduler.pacing import prefill_chunk_tokens
+from gateway.scheduler.policy import OnWaiting, SchedulerConfig
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """Limits and timings; see ``gateway.config.SchedulerSettings`` for their meaning."""
-
-    max_queued: dict[Priority, int]
-    max_queue_wait: float = 300.0
-    ageing_after: float = 60.0
-    pipeline_grace: float = 0.5
-    typing_quiet: float = 2.0
-    max_paused_with_memory: int = 4
-    prefill_freeze_max: float = 5.0
-    max_queued_hints: int = 8
-
-
-SPECULATION = "speculation"  # the job kind of speculative first tokens
+__all__ = ["Scheduler", "SchedulerConfig"]
 HINT_LANE = "hint"  # the hint queue's label (metrics, snapshot)
-HINT_RANK = 0.5  # after user jobs, before task work
 
 
 class _SliceEnd:
@@ -122,12 +107,11 @@ class Scheduler:
         limit = self.config.max_queued[job.priority]
         if len(queue) >= limit:
             self.observer.job_rejected(job.priority.label, "queue_full")
-            retry = self._mean_job_seconds * (len(queue) + 1)
-            # Spread (+-25%) so that clients refused together do not all return together.
-            retry *= random.uniform(0.75, 1.25)
             raise QueueFullError(
                 f"the {job.priority.label} queue is full ({limit} waiting); retry later",
-                retry_after=min(max(1, math.ceil(retry)), 600),
+                retry_after=policy.retry_after(
+                    self._mean_job_seconds, len(queue), random.uniform(0.75, 1.25)
+                ),
             )
         job.submitted_at = self.clock()
         job._cancel_hook = self._on_cancel
@@ -143,12 +127,10 @@ class Scheduler:
         newest is the best advice, and none of them may crowd out a request.
         """
         job.hint, job.session, job.preemptible = True, session, True
-        for old in [j for j in self.hint_queue if session is not None and j.session == session]:
+        room = policy.hint_room(self.hint_queue, session, self.config.max_queued_hints)
+        for old in room.replaced:
             old.cancel()
-        while len(self.hint_queue) >= self.config.max_queued_hints:
-            oldest = next((j for j in self.hint_queue if j.preemptions == 0), None)
-            if oldest is None:
-                break
+        for oldest in room.dropped:
             self.observer.job_rejected(HINT_LANE, "queue_full")
             oldest.cancel()
         job.submitted_at = self.clock()
@@ -168,7 +150,7 @@ class Scheduler:
             and running.priority is Priority.USER
             and not running.hint,
             runs_hint=running is not None and running.hint,
-            user_waiting=any(not j.cancel_requested for j in self.queues[Priority.USER]),
+            user_waiting=policy.waiting(self.queues[Priority.USER]),
             typing=closed["typing_lock"] or bool(self.gates.freeze_holders),
         )
 
@@ -198,34 +180,17 @@ class Scheduler:
         return rejected
 
     def would_wait(self, priority: Priority) -> bool:
-        """Whether a job of this class submitted now would wait for the slot: a job of its
-        class or a higher one is waiting, a gate holds it, or the running job is one it
-        cannot preempt. (Peers: a request that would wait here may run on a peer.)"""
-        now = self.clock()
-        waiting = any(
-            not job.cancel_requested
-            for p, queue in self.queues.items()
-            if p <= priority
-            for job in queue
-        ) or (
-            priority is not Priority.USER and any(not j.cancel_requested for j in self.hint_queue)
+        """Whether a job of this class submitted now would wait for the slot
+        (``policy.would_wait``). Peers: a request that would wait here may run on a peer."""
+        return policy.would_wait(
+            priority, self.queues, self.hint_queue, self.running, self.gates, self.clock()
         )
-        if waiting or self.gates.holds(priority, now):
-            return True
-        running = self.running
-        if running is None or running.finished or running.kind == SPECULATION:
-            return False
-        preempts = priority is Priority.USER and _paused_by_user_jobs(running)
-        return not preempts
 
     def _all_queues(self) -> list[deque[Job]]:
         return [*self.queues.values(), self.hint_queue]
 
     def _queue_of(self, job: Job) -> deque[Job]:
         return self.hint_queue if job.hint else self.queues[job.priority]
-
-    def _anyone_waiting(self) -> bool:
-        return any(not job.cancel_requested for queue in self._all_queues() for job in queue)
 
     @property
     def idle(self) -> bool:
@@ -265,81 +230,38 @@ class Scheduler:
         self._maybe_preempt()
         self._publish_gauges()
 
-    def _effective_priority(self, job: Job, now: float) -> Priority:
-        # Bounded ageing: a background job that has waited long enough competes as a task
-        # (never as a user job), so it cannot starve forever behind steady task traffic.
-        if (
-            job.priority is Priority.BACKGROUND
-            and now - job.submitted_at >= self.config.ageing_after
-        ):
-            return Priority.TASK
-        return job.priority
-
-    def _pick(self, now: float) -> Job | None:
-        best: tuple[float, float, int] | None = None
-        chosen: Job | None = None
-        for queue in self._all_queues():
-            for position, job in enumerate(queue):
-                effective = self._effective_priority(job, now)
-                if self.gates.holds(effective, now):
-                    continue
-                # A preempted job resumes first within its class: it was accepted earlier.
-                lane = HINT_RANK if job.hint else float(effective)
-                rank = (lane, 0.0 if job.preemptions else job.submitted_at, position)
-                if best is None or rank < best:
-                    best, chosen = rank, job
-                break  # FIFO inside a class: only its first eligible job competes
-        return chosen
-
     def _maybe_preempt(self) -> None:
         running = self.running
-        if running is not None and running.kind == SPECULATION:
-            if not running.cancel_requested and self._anyone_waiting():
-                running.cancel()  # speculative work gives way to anything, and is not resumed
+        decision = policy.on_waiting(running, self._all_queues(), self.queues[Priority.USER])
+        if running is None or decision is OnWaiting.KEEP:
             return
-        if running is None or not _paused_by_user_jobs(running):
-            return
-        if any(not j.cancel_requested for j in self.queues[Priority.USER]):
+        if decision is OnWaiting.CANCEL:
+            running.cancel()  # speculative work gives way to anything, and is not resumed
+        else:
             running.preempt_requested = True
 
-    def _next_deadline(self, now: float) -> float | None:
-        deadlines = []
-        gate_change = self.gates.next_change(now)
-        if gate_change is not None:
-            deadlines.append(gate_change)
-        for queue in self._all_queues():
-            for job in queue:
-                if job.preemptions == 0:
-                    deadlines.append(job.submitted_at + self.config.max_queue_wait)
-                if job.priority is Priority.BACKGROUND:
-                    deadlines.append(job.submitted_at + self.config.ageing_after)
-        future = [d for d in deadlines if d > now]
-        return min(future) if future else None
-
     def _expire_waiting(self, now: float) -> None:
-        for queue in self._all_queues():
-            for job in [j for j in queue if j.preemptions == 0]:
-                if now - job.submitted_at >= self.config.max_queue_wait:
-                    queue.remove(job)
-                    self.observer.job_rejected(_label(job), "queue_timeout")
-                    self._finish(
-                        job,
-                        JobState.FAILED,
-                        ServiceUnavailableError(
-                            f"waited {now - job.submitted_at:.0f} s for the inference slot "
-                            f"(limit {self.config.max_queue_wait:.0f} s); retry later"
-                        ),
-                    )
+        for job in policy.expired(self._all_queues(), now, self.config.max_queue_wait):
+            self._queue_of(job).remove(job)
+            self.observer.job_rejected(_label(job), "queue_timeout")
+            self._finish(
+                job,
+                JobState.FAILED,
+                ServiceUnavailableError(
+                    f"waited {now - job.submitted_at:.0f} s for the inference slot "
+                    f"(limit {self.config.max_queue_wait:.0f} s); retry later"
+                ),
+            )
 
     async def _dispatch(self) -> None:
         while True:
             self._wakeup.clear()
             now = self.clock()
             self._expire_waiting(now)
-            job = self._pick(now)
+            job = policy.pick(self._all_queues(), self.gates, now, self.config.ageing_after)
             self._publish_gauges()
             if job is None:
-                deadline = self._next_deadline(now)
+                deadline = policy.next_deadline(self._all_queues(), self.gates, now, self.config)
                 timeout = None if deadline is None else max(0.0, deadline - self.clock())
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), timeout)
@@ -391,18 +313,9 @@ class Scheduler:
 
         The ones paused longest give theirs up first; they recompute on resume.
         """
-        holding = [
-            job
-            for queue in self._all_queues()
-            for job in queue
-            if job.state is JobState.PREEMPTED and job.release_memory and not job.memory_released
-        ]
-        excess = len(holding) - self.config.max_paused_with_memory
-        if excess <= 0:
-            return
-        holding.sort(key=lambda job: job.started_at or 0.0)
+        excess = policy.memory_to_release(self._all_queues(), self.config.max_paused_with_memory)
         loop = asyncio.get_running_loop()
-        for job in holding[:excess]:
+        for job in excess:
             assert job.release_memory is not None
             if await loop.run_in_executor(self._thread, job.release_memory):
                 job.memory_released = True
@@ -470,11 +383,6 @@ class Scheduler:
 
 def _label(job: Job) -> str:
     return HINT_LANE if job.hint else job.priority.label
-
-
-def _paused_by_user_jobs(running: Job) -> bool:
-    """Whether a waiting user job pauses ``running``: task, background and hint work does."""
-    return running.preemptible and (running.priority is not Priority.USER or running.hint)
 
 
 def _close(job: Job) -> None:

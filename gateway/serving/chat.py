@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from gateway.engines.backend import (
     BackendEvent,
@@ -45,9 +46,8 @@ from gateway.protocol.openai import (
     now,
 )
 from gateway.serving.dispatch import Dispatcher, TicketSpec
-from gateway.serving.hints import HintService
 from gateway.serving.reasoning import ReasoningPiece, ReasoningSplitter
-from gateway.serving.speculation import speculated_events
+from gateway.serving.speculation import Speculation, speculated_events
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.serving.tool_calls import ReplyPiece, TextPiece, ToolCall, ToolParser, make_tool_parser
 
@@ -226,6 +226,21 @@ class ChatRun:
         )
 
 
+class PromptHints(Protocol):
+    """What the chat service asks of the typing hints before it queues a chat: implemented
+    by ``gateway.serving.hints.HintService``, which itself runs tasks through this service."""
+
+    async def take_speculation(
+        self, tier: str, prompt: Sequence[int], params: SamplingParams, session: str | None
+    ) -> Speculation | None:
+        """The speculated start of the answer to exactly this request, if there is one."""
+        ...
+
+    async def join(self, tier: str, prompt: Sequence[int], session: str | None) -> None:
+        """Settle the hints a chat request to ``tier`` may use, before it is queued."""
+        ...
+
+
 class ChatService:
     """Turns chat requests into backend requests and their events into OpenAI responses."""
 
@@ -233,7 +248,7 @@ class ChatService:
         self,
         registry: TierRegistry,
         metrics: GatewayMetrics,
-        typing: HintService,
+        typing: PromptHints,
         max_completion_tokens: int | None = None,
         dispatcher: Dispatcher | None = None,
     ) -> None:

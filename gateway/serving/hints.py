@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.engines.backend import (
     ChatMessage,
@@ -46,9 +46,7 @@ from gateway.protocol.openai import shorten
 from gateway.serving.messages import template_messages, tool_specs
 from gateway.serving.speculation import GREEDY, Speculation, Speculator
 from gateway.serving.tiers import Tier, TierRegistry
-
-if TYPE_CHECKING:  # tasks run through the chat service, which joins hints: no import cycle
-    from gateway.serving.tasks import TaskPrompts
+from gateway.tasks.catalogue import TaskPrompts
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +122,7 @@ class HintService:
         registry: TierRegistry,
         metrics: GatewayMetrics,
         idle_seconds: float,
-        task_prompts: TaskPrompts | None = None,
+        task_prompts: TaskPrompts[Tier] | None = None,
         speculator: Speculator | None = None,
     ) -> None:
         self.registry = registry
