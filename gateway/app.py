@@ -67,7 +67,8 @@ from gateway.serving.openai_chat import OpenAIChat
 from gateway.serving.response_store import ResponseStore
 from gateway.serving.responses import ResponsesService
 from gateway.serving.speculation import Speculator
-from gateway.serving.tasks import TaskPrompts, TaskService
+from gateway.serving.tasks import TaskService
+from gateway.tasks.catalogue import TaskPrompts
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.tasks.definitions import BUILTIN_PROMPTS, TaskCatalog
 
