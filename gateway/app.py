@@ -165,6 +165,7 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
         max_paused_with_memory=s.max_paused_with_cache,
         prefill_freeze_max=s.prefill_freeze_max_seconds,
         max_queued_hints=s.max_queued_hints,
+        token_flush=s.token_flush_seconds,
     )
 
 

@@ -61,6 +61,14 @@ class SchedulerSettings(_Section):
         description="The prefill freeze holds task and background work at most this long after "
         "a typing hint's last update (an abandoned hint must not starve them).",
     )
+    token_flush_seconds: float = Field(
+        0.005,
+        ge=0,
+        le=0.1,
+        description="A streamed token made within this time of the last one handed to the "
+        "event loop may wait for the next token, to go out with it (a GPU's pace; each waits "
+        "at most one decode step); 0: every token at once.",
+    )
 
 
 class PeerSettings(_Section):

@@ -45,6 +45,7 @@ class SchedulerConfig:
     max_paused_with_memory: int = 4
     prefill_freeze_max: float = 5.0
     max_queued_hints: int = 8
+    token_flush: float = 0.005
 
 
 class OnWaiting(StrEnum):

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gateway.engines.backend import Priority
+from gateway.engines.backend import Priority, TokenEvent
 from gateway.errors import QueueFullError, ServiceUnavailableError
 from gateway.scheduler import policy
 from gateway.scheduler.gates import GATE_NAMES, Gates
@@ -327,7 +327,10 @@ class Scheduler:
         with self._occupancy_lock:
             self._occupancy += 1
             self.max_occupancy_seen = max(self.max_occupancy_seen, self._occupancy)
-        handoff = EventHandoff(loop, job.deliver)
+        # A token that follows a token may wait for the next one (EventHandoff: fewer
+        # wake-ups of the loop at a GPU's pace); the first token of a slice never waits.
+        handoff = EventHandoff(loop, job.deliver, self.config.token_flush)
+        after_token = False
         try:
             if job.steps is None:
                 job.steps = iter(job.work())
@@ -342,13 +345,16 @@ class Scheduler:
                     event = next(job.steps)
                 except StopIteration:
                     return _SliceEnd.DONE
-                handoff.put(event)
+                is_token = isinstance(event, TokenEvent)
+                handoff.put(event, defer=is_token and after_token)
+                after_token = is_token
         except Exception as exc:  # an engine failure ends this job, never the scheduler
             log.exception("job %s failed", job.id)
             job.error = exc
             _close(job)
             return _SliceEnd.FAILED
         finally:
+            handoff.flush()  # before the loop hears that the slice ended
             with self._occupancy_lock:
                 self._occupancy -= 1
 
