@@ -40,6 +40,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.modelstore.footprint import model_bytes
 from gateway.modelstore.sources import ResolvedModel, parse_model_ref, resolve
 from gateway.modelstore.store import KNOWN_MODELS, ModelStore
+from gateway.peers.dispatch import Dispatcher, dispatch_to_peers
 from gateway.peers.inbox import PeerInbox
 from gateway.peers.nodes import Peers
 from gateway.peers.signing import RequestVerifier
@@ -60,7 +61,6 @@ from gateway.scheduler.slot import Scheduler, SchedulerConfig
 from gateway.serving.anthropic import AnthropicMessages
 from gateway.serving.chat import ChatService
 from gateway.serving.completions import CompletionsService
-from gateway.serving.dispatch import Dispatcher
 from gateway.serving.embeddings import EmbeddingsService
 from gateway.serving.hints import HintService
 from gateway.serving.openai_chat import OpenAIChat
@@ -368,6 +368,12 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             assert settings.default_tier is not None
             registry = TierRegistry(tiers, settings.aliases, settings.default_tier)
             catalog = TaskCatalog.load([BUILTIN_PROMPTS, *settings.task_folders])
+            peers = None
+            peer_settings = settings.peers
+            if peer_settings.secret and peer_settings.nodes:
+                peers = Peers(peer_settings, catalog.hash, metrics)
+                await peers.start()
+                registry = dispatch_to_peers(registry, Dispatcher(peers, scheduler, metrics))
             task_prompts = TaskPrompts(catalog, registry)
             speculator = Speculator(
                 metrics, settings.cache.speculate_after_seconds, settings.cache.speculate_tokens
@@ -375,15 +381,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             typing = HintService(
                 registry, metrics, settings.cache.hint_idle_seconds, task_prompts, speculator
             )
-            peers = dispatcher = None
-            peer_settings = settings.peers
-            if peer_settings.secret and peer_settings.nodes:
-                peers = Peers(peer_settings, catalog.hash, metrics)
-                await peers.start()
-                dispatcher = Dispatcher(peers, scheduler, metrics)
-            chat = ChatService(
-                registry, metrics, typing, settings.max_completion_tokens, dispatcher
-            )
+            chat = ChatService(registry, metrics, typing, settings.max_completion_tokens)
             tasks = TaskService(task_prompts, chat)
             responses = ResponsesService(chat, stored_responses)
             typing.stored_conversation = responses.stored_conversation

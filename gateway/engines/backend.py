@@ -8,7 +8,10 @@ and TGI's ``Backend``. Three kinds sit behind it, side by side:
 * ``mlx``: a local model in this Mac's one inference slot (``gateway.engines.local``:
   the token-level model runner, the shared scheduler and the prefix KV-cache store);
 * ``openai``: an OpenAI-compatible upstream server over HTTP (``gateway.engines.upstream``);
-* ``peer``: another gateway on the LAN (a later issue).
+* ``peer``: another gateway on the LAN, which takes a request as a ticket: not a tier of its
+  own but a wrapper around a tier's backend (``gateway.peers.dispatch.PeerDispatch``) that
+  sends a request carrying a ``ticket`` to a peer with a free seat when this node's slot is
+  taken, and runs it on the wrapped backend otherwise.
 
 The event union, in the order a generation produces it::
 
@@ -139,6 +142,14 @@ class TextPrompt:
 
 
 @dataclass(frozen=True)
+class TicketSpec:
+    """What a request is as a ticket for a peer: a task type and its text arguments."""
+
+    task_type: str
+    args: dict[str, str]
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     """One request to a backend."""
 
@@ -157,6 +168,8 @@ class GenerationRequest:
     resume: tuple[int, ...] = ()
     # The start of an answer computed ahead (typing hints): any other job cancels it.
     speculative: bool = False
+    # What the request is as a ticket for a peer (None: it runs on this node only).
+    ticket: TicketSpec | None = None
 
 
 # -- events ------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from gateway.engines.backend import (
     SamplingParams,
     Started,
     TextPrompt,
+    TicketSpec,
     TokenChoice,
     TokenEvent,
     ToolSpec,
@@ -45,7 +46,6 @@ from gateway.protocol.openai import (
     completion_id,
     now,
 )
-from gateway.serving.dispatch import Dispatcher, TicketSpec
 from gateway.serving.reasoning import ReasoningPiece, ReasoningSplitter
 from gateway.serving.speculation import Speculation, speculated_events
 from gateway.serving.tiers import Tier, TierRegistry
@@ -169,6 +169,7 @@ class PreparedChat:
             prompt=self.prompt,
             tools=self.tool_use.tools if self.tool_use else (),
             text_prompt=self.text_prompt,
+            ticket=self.ticket,
         )
 
 
@@ -250,10 +251,8 @@ class ChatService:
         metrics: GatewayMetrics,
         typing: PromptHints,
         max_completion_tokens: int | None = None,
-        dispatcher: Dispatcher | None = None,
     ) -> None:
         self.registry = registry
-        self.dispatcher = dispatcher
         self.max_completion_tokens = max_completion_tokens
         self.metrics = metrics
         self.typing = typing
@@ -419,9 +418,8 @@ class ChatService:
             raise ShuttingDownError()
         request = chat.generation_request()
         if speculation is not None:
-            events = speculated_events(speculation, request, backend)
-        elif self.dispatcher is not None and chat.ticket is not None and chat.prompt.tokens:
-            events = self.dispatcher.generate(chat.ticket, request, backend)
+            # What was speculated here continues here: not a ticket for a peer.
+            events = speculated_events(speculation, replace(request, ticket=None), backend)
         else:
             events = backend.generate(request)
         try:

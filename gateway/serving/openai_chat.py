@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
-from gateway.engines.backend import Grammar, Priority, TokenChoice
+from gateway.engines.backend import Grammar, Priority, TicketSpec, TokenChoice
 from gateway.engines.grammar import for_grammar, strict_objects
 from gateway.engines.tool_format import ToolChoice
 from gateway.errors import ShuttingDownError
@@ -48,7 +48,6 @@ from gateway.serving.chat import (
     SamplingRequest,
     ToolUse,
 )
-from gateway.serving.dispatch import TicketSpec
 from gateway.serving.messages import template_messages, tool_specs
 from gateway.serving.tool_calls import CallArguments, CallStart
 

@@ -17,7 +17,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.engines.backend import Priority
+from gateway.engines.backend import Priority, TicketSpec
 from gateway.errors import UnprocessableError
 from gateway.protocol.openai import MAX_STOP_SEQUENCES, shorten
 from gateway.protocol.tasks import (
@@ -27,7 +27,6 @@ from gateway.protocol.tasks import (
     TaskRunRequest,
 )
 from gateway.serving.chat import ChatRun, ChatService, PreparedChat, SamplingRequest
-from gateway.serving.dispatch import TicketSpec
 from gateway.serving.tiers import Tier
 from gateway.tasks.catalogue import TaskPrompts
 from gateway.tasks.definitions import TaskType

@@ -13,12 +13,13 @@ from gateway.engines.backend import (
     Prompt,
     SamplingParams,
     Started,
+    TicketSpec,
     TokenEvent,
 )
 from gateway.metrics import GatewayMetrics
+from gateway.peers.dispatch import Dispatcher
 from gateway.peers.nodes import PeerFailed, PeerNode
 from gateway.protocol.peer import TicketResult, TicketStarted, TicketToken, TicketUsage
-from gateway.serving.dispatch import Dispatcher, TicketSpec
 
 
 class FakeScheduler:

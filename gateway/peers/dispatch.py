@@ -1,5 +1,10 @@
 """Where a request runs: this node's slot or a peer's (two Macs, two seats).
 
+Peers sit behind the request-level seam: ``PeerDispatch`` is a ``Backend`` that wraps a
+tier's own backend, and a request that carries a ``ticket`` goes through the node's one
+``Dispatcher`` (the waiting line for the seats, shared by every tier); any other request,
+and every other call, goes straight to the wrapped backend.
+
 Policy: a request runs here when this node's slot would take it now (it is idle, or the
 request's class preempts what runs). Otherwise, if a peer that runs the same task on the
 same model has a free seat, the request goes there as a ticket. If neither, it waits for
@@ -20,38 +25,40 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import replace
+from typing import Any
 
 from gateway.engines.backend import (
     Backend,
     BackendEvent,
+    BackendHealth,
+    ChatMessage,
     Finished,
     GenerationRequest,
     PrefillProgress,
     Priority,
+    Prompt,
     Started,
+    TextPrompt,
+    TicketSpec,
     TokenEvent,
+    ToolSpec,
     continued,
 )
 from gateway.metrics import GatewayMetrics
 from gateway.peers.nodes import PeerFailed, PeerNode, PeerRefused, Peers
 from gateway.protocol.peer import Ticket
 from gateway.scheduler.slot import Scheduler
+from gateway.serving.tiers import TierRegistry
 
 log = logging.getLogger(__name__)
 RECHECK_SECONDS = 0.05  # how often a waiting request looks at the seats again
 
 
-@dataclass(frozen=True)
-class TicketSpec:
-    """What a request is as a ticket: a task type and its text arguments."""
-
-    task_type: str
-    args: dict[str, str]
-
-
 class Dispatcher:
+    """The node's one waiting line for the seats (here or a peer's), shared by every tier."""
+
     def __init__(self, peers: Peers, scheduler: Scheduler, metrics: GatewayMetrics) -> None:
         self.peers = peers
         self.scheduler = scheduler
@@ -161,3 +168,66 @@ class Dispatcher:
                     self.metrics.peer_ticket_seconds.labels(node.url).observe(
                         time.perf_counter() - sent_at
                     )
+
+
+class PeerDispatch:
+    """A tier's backend with the peers in front: a ``Backend`` (see the module's docstring).
+
+    Only ``generate`` differs from the wrapped backend: a request with a ``ticket`` and a
+    rendered prompt may run on a peer (a continuation, ``resume``, always runs here). What
+    the wrapped backend offers beyond ``Backend`` (typing hints' ``Warmable``, embeddings)
+    is passed through unchanged.
+    """
+
+    def __init__(self, local: Backend, dispatcher: Dispatcher) -> None:
+        self.local = local
+        self.dispatcher = dispatcher
+        self.kind = local.kind
+        self.tier = local.tier
+        self.model_id = local.model_id
+        self.capabilities = local.capabilities
+
+    @property
+    def context_length(self) -> int | None:
+        return self.local.context_length
+
+    @property
+    def vocab_size(self) -> int | None:
+        return self.local.vocab_size
+
+    async def render(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        thinking: bool | None = None,
+    ) -> Prompt:
+        return await self.local.render(messages, tools, thinking)
+
+    async def render_text(self, prompt: TextPrompt) -> Prompt:
+        return await self.local.render_text(prompt)
+
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
+        if request.ticket is not None and request.prompt.tokens and not request.resume:
+            return self.dispatcher.generate(request.ticket, request, self.local)
+        return self.local.generate(request)
+
+    async def abort(self, request_id: str) -> bool:
+        return await self.local.abort(request_id)
+
+    async def health(self) -> BackendHealth:
+        return await self.local.health()
+
+    async def close(self) -> None:
+        await self.local.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.local, name)
+
+
+def dispatch_to_peers(registry: TierRegistry, dispatcher: Dispatcher) -> TierRegistry:
+    """The same tiers, each backend behind a ``PeerDispatch`` over the one ``dispatcher``."""
+    tiers = {
+        name: replace(tier, backend=PeerDispatch(tier.backend, dispatcher))
+        for name, tier in registry.tiers.items()
+    }
+    return TierRegistry(tiers, registry.aliases, registry.default)
