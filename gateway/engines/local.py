@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -33,9 +33,9 @@ from gateway.engines.prefix_boundaries import RecurringPrefixes, system_boundary
 from gateway.engines.prefix_disk import DiskPrefixes
 from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.residency import LocalModels, Resident
-from gateway.engines.runner import ModelRunner, PromptState
+from gateway.engines.runner import Generation, ModelRunner, PromptState
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
-from gateway.scheduler.jobs import Job, JobState
+from gateway.scheduler.jobs import JobHandle, JobSpec, JobState
 from gateway.scheduler.slot import Scheduler
 
 log = logging.getLogger(__name__)
@@ -66,10 +66,58 @@ def fixed_prefix_tokens(
     )
 
 
+class GenerationSteps:
+    """A chat job's steps on the inference thread: ``Started``, then the generation's events.
+
+    The generation starts at the first step (``start``: reuse a cached prefix, then
+    generate); ``keep`` receives its final state. While the job is paused it offers the slot
+    its KV cache (``HoldsMemory``), which it recomputes when it resumes.
+    """
+
+    def __init__(
+        self,
+        start: Callable[[], Generation],
+        prompt_tokens: int,
+        keep: Callable[[PromptState], None],
+    ) -> None:
+        self._generation: Generation | None = None
+        self._steps = self._run(start, prompt_tokens, keep)
+
+    def __iter__(self) -> Iterator[BackendEvent]:
+        return self
+
+    def __next__(self) -> BackendEvent:
+        return next(self._steps)
+
+    def close(self) -> None:
+        self._steps.close()
+
+    @property
+    def holds_memory(self) -> bool:
+        return self._generation is not None
+
+    def release_memory(self) -> bool:
+        return self._generation is not None and self._generation.release_cache()
+
+    def _run(
+        self,
+        start: Callable[[], Generation],
+        prompt_tokens: int,
+        keep: Callable[[PromptState], None],
+    ) -> Generator[BackendEvent, None, None]:
+        generation = self._generation = start()
+        yield Started(prompt_tokens, generation.cached_tokens)
+        try:
+            yield from generation
+        finally:
+            if generation.state is not None:
+                keep(generation.state)
+
+
 class LocalWarmup:
     """A pre-prefill job of a typing hint (see ``gateway.engines.backend.Warmup``)."""
 
-    def __init__(self, backend: LocalBackend, job: Job) -> None:
+    def __init__(self, backend: LocalBackend, job: JobHandle) -> None:
         self.backend = backend
         self.job = job
 
@@ -120,7 +168,7 @@ class LocalBackend:
             text_prompts=True,
             local_slot=True,
         )
-        self._jobs: dict[str, Job] = {}
+        self._jobs: dict[str, JobHandle] = {}
         # Known after the first load; kept across unloads (the model does not change).
         self._context_length: int | None = None
         self._vocab_size: int | None = None
@@ -219,12 +267,13 @@ class LocalBackend:
             request = replace(request, prompt=prompt)
         runner = self._paced(await self.models.acquire(self.resident, request.priority))
         try:
-            job = Job(
-                priority=request.priority,
-                work=lambda: self._work(runner, request, job),
-                kind="speculation" if request.speculative else "chat",
+            job = self.scheduler.submit(
+                JobSpec(
+                    priority=request.priority,
+                    work=lambda: self._work(runner, request),
+                    kind="speculation" if request.speculative else "chat",
+                )
             )
-            self.scheduler.submit(job)
             self._jobs[request.id] = job
             try:
                 async for event in job.events():
@@ -236,8 +285,19 @@ class LocalBackend:
         finally:
             self.models.release(self.resident)
 
-    def _work(self, runner: ModelRunner, request: GenerationRequest, job: Job) -> Iterator[Any]:
-        """The job's steps, on the inference thread: reuse a cached prefix, then generate."""
+    def _work(self, runner: ModelRunner, request: GenerationRequest) -> GenerationSteps:
+        """The job's steps, on the inference thread."""
+        assert request.prompt.tokens is not None
+
+        def keep(state: PromptState) -> None:
+            self.prefix_store.insert(self.tier, state)
+
+        return GenerationSteps(
+            lambda: self._start(runner, request), len(request.prompt.tokens), keep
+        )
+
+    def _start(self, runner: ModelRunner, request: GenerationRequest) -> Generation:
+        """Reuse the longest cached prefix, then start generating (on the inference thread)."""
         assert request.prompt.tokens is not None
         prompt = [*request.prompt.tokens, *request.resume]
         params = request.params
@@ -245,21 +305,13 @@ class LocalBackend:
             params = replace(params, max_tokens=max(params.max_tokens - len(request.resume), 1))
         if runner.default_stop:
             params = replace(params, stop=(*params.stop, *runner.default_stop))
-        state = self._cached_prefix(runner, prompt)
-        generation = runner.generate(
+        return runner.generate(
             prompt,
             params,
-            state,
+            self._cached_prefix(runner, prompt),
             continues_text=request.text_prompt is not None,
             resumed=len(request.resume),
         )
-        job.release_memory = generation.release_cache
-        yield Started(len(request.prompt.tokens), generation.cached_tokens)
-        try:
-            yield from generation
-        finally:
-            if generation.state is not None:
-                self.prefix_store.insert(self.tier, generation.state)
 
     def _cached_prefix(self, runner: ModelRunner, prompt: Sequence[int]) -> PromptState | None:
         """The longest cached prefix: from memory, or from disk when that covers more."""
@@ -333,8 +385,7 @@ class LocalBackend:
                 for tokens in token_lists:
                     yield runner.embed(tokens)
 
-            job = Job(priority=priority, work=work, kind="embed")
-            self.scheduler.submit(job)
+            job = self.scheduler.submit(JobSpec(priority=priority, work=work, kind="embed"))
             vectors: list[tuple[float, ...]] = []
             try:
                 async for vector in job.events():
@@ -352,7 +403,7 @@ class LocalBackend:
         self, hint_id: str, tokens: Sequence[int], session: str | None = None
     ) -> LocalWarmup:
         runner = self._paced(await self.models.acquire(self.resident))
-        job = Job(
+        spec = JobSpec(
             Priority.USER,
             work=lambda: self._prefill(runner, list(tokens)),
             kind="prefill",
@@ -360,7 +411,7 @@ class LocalBackend:
         )
         try:
             # The hint lane: bounded, newest per session, paused by any user request.
-            self.scheduler.submit_hint(job, session)
+            job = self.scheduler.submit_hint(spec, session)
         except BaseException:
             self.models.release(self.resident)
             raise

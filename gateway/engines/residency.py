@@ -26,7 +26,7 @@ from gateway.engines.runner import ModelRunner
 from gateway.engines.weights import WeightsChoice
 from gateway.errors import ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
-from gateway.scheduler.jobs import Job
+from gateway.scheduler.jobs import JobSpec
 from gateway.scheduler.slot import Scheduler
 
 log = logging.getLogger(__name__)
@@ -180,9 +180,10 @@ class LocalModels:
             measured = self.memory_probe()["active"] - before
             yield runner, max(measured, 0), time.perf_counter() - started
 
-        job = Job(priority, work=work, kind="load", preemptible=False)
         try:
-            self.scheduler.submit(job)
+            job = self.scheduler.submit(
+                JobSpec(priority, work=work, kind="load", preemptible=False)
+            )
         except BaseException as exc:
             resident.loading = None
             future.set_exception(exc)

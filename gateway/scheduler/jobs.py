@@ -1,4 +1,17 @@
-"""Jobs: every use of an engine, as one unit the scheduler can queue, run, pause and cancel."""
+"""Jobs: every use of an engine, as one unit the scheduler can queue, run, pause and cancel.
+
+Three pieces, kept apart as TGI's queue keeps a request, the stream its caller holds and the
+queue's own entry:
+
+* ``JobSpec``: what a caller asks for (its class, its work, its kind); frozen;
+* ``JobHandle``: what the caller holds once ``Scheduler.submit`` took the spec: the events,
+  the end, the state as the slot last left it, and ``cancel``;
+* ``Job``: the slot's own record (where the job is, its steps, the flags the inference
+  thread reads between steps); only the scheduler writes it.
+
+Work may offer more than its steps: steps that hold engine memory while paused say so
+(``HoldsMemory``), and the slot asks them to give it up when too many paused jobs hold some.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from gateway.engines.backend import Priority
 
@@ -27,13 +40,32 @@ _END = object()
 _ids = itertools.count(1)
 
 
-@dataclass(eq=False)
-class Job:
-    """A unit of engine work.
+@runtime_checkable
+class HoldsMemory(Protocol):
+    """Steps that keep engine memory (a KV cache) while paused and can free it.
+
+    The work knows what it holds, so it offers the release itself; the slot calls it on the
+    inference thread, between steps, and the work recomputes what it freed when it resumes.
+    """
+
+    @property
+    def holds_memory(self) -> bool:
+        """Whether there is memory to free now (False before the work has begun)."""
+        ...
+
+    def release_memory(self) -> bool:
+        """Free it; False when it cannot be freed."""
+        ...
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A unit of engine work, as its caller describes it.
 
     ``work`` is called once, on the inference thread, and returns an iterator of steps
-    (usually one per token). Between two steps the scheduler may cancel or preempt the job;
-    each step's value is delivered to ``events()``.
+    (usually one per token; ``HoldsMemory`` when it can free memory while paused). Between
+    two steps the scheduler may cancel or preempt the job; each step's value is delivered
+    to ``JobHandle.events()``. A job that is not ``preemptible`` keeps the slot to its end.
     """
 
     priority: Priority
@@ -41,42 +73,120 @@ class Job:
     kind: str = "chat"
     preemptible: bool = True
     id: str = field(default_factory=lambda: f"job-{next(_ids)}")
-    state: JobState = JobState.QUEUED
+
+
+@dataclass(eq=False)
+class Job:
+    """The slot's record of a submitted job (TGI's queue ``Entry``); the scheduler's alone.
+
+    Written on the event loop, except ``steps`` and ``memory_released`` (the inference
+    thread, while the job runs); the inference thread reads the two request flags between
+    steps.
+    """
+
+    spec: JobSpec
     submitted_at: float = field(default_factory=time.monotonic)
-    started_at: float | None = None
-    preemptions: int = 0
     # A typing hint's prefill (``Scheduler.submit_hint``): its own lane, below user jobs.
     hint: bool = False
     session: str | None = None
+    preemptible: bool = True
+    state: JobState = JobState.QUEUED
+    started_at: float | None = None
+    preemptions: int = 0
     error: BaseException | None = None
-    # Set by the scheduler thread or event loop; read by the inference thread between steps.
     cancel_requested: bool = False
     preempt_requested: bool = False
     steps: Iterator[Any] | None = None
-    # Set by the work while it runs: frees the job's engine memory while it is paused (it
-    # is recomputed on resume). Called on the inference thread; False if it cannot.
-    release_memory: Callable[[], bool] | None = None
     memory_released: bool = False
-    _outbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
-    _cancel_hook: Callable[[Job], None] | None = None
+    outbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+
+    @classmethod
+    def of(cls, spec: JobSpec, submitted_at: float) -> Job:
+        return cls(spec, submitted_at, preemptible=spec.preemptible)
+
+    @property
+    def priority(self) -> Priority:
+        return self.spec.priority
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
 
     @property
     def finished(self) -> bool:
         return self.state in FINISHED
 
+    @property
+    def holds_memory(self) -> bool:
+        """Whether its steps hold engine memory they could free (see ``HoldsMemory``)."""
+        return isinstance(self.steps, HoldsMemory) and self.steps.holds_memory
+
+    def release_memory(self) -> bool:
+        """Ask its steps to free their memory (on the inference thread)."""
+        return isinstance(self.steps, HoldsMemory) and self.steps.release_memory()
+
     def deliver(self, event: Any) -> None:
-        self._outbox.put_nowait(event)
+        self.outbox.put_nowait(event)
 
     def close_outbox(self) -> None:
-        self._outbox.put_nowait(_END)
+        self.outbox.put_nowait(_END)
+
+
+class JobHandle:
+    """What the caller holds for a submitted job: its events, its end, and ``cancel``.
+
+    ``withdraw`` is the scheduler's: it drops a waiting job, or stops a running one at its
+    next step.
+    """
+
+    def __init__(self, job: Job, withdraw: Callable[[Job], None]) -> None:
+        self._job = job
+        self._withdraw = withdraw
+
+    @property
+    def id(self) -> str:
+        return self._job.id
+
+    @property
+    def kind(self) -> str:
+        return self._job.kind
+
+    @property
+    def priority(self) -> Priority:
+        return self._job.priority
+
+    @property
+    def state(self) -> JobState:
+        return self._job.state
+
+    @property
+    def finished(self) -> bool:
+        return self._job.finished
+
+    @property
+    def preemptions(self) -> int:
+        return self._job.preemptions
+
+    @property
+    def memory_released(self) -> bool:
+        """Whether it is paused without its engine memory (recomputed when it resumes)."""
+        return self._job.memory_released
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._job.cancel_requested
 
     async def events(self) -> AsyncIterator[Any]:
         """Each step's value as it is produced; raises the job's error if it failed."""
         while True:
-            item = await self._outbox.get()
+            item = await self._job.outbox.get()
             if item is _END:
-                if self.error is not None:
-                    raise self.error
+                if self._job.error is not None:
+                    raise self._job.error
                 return
             yield item
 
@@ -87,8 +197,4 @@ class Job:
 
     def cancel(self) -> None:
         """Withdraw the job: dropped if queued, stopped within one step if running."""
-        if self.finished:
-            return
-        self.cancel_requested = True
-        if self._cancel_hook is not None:
-            self._cancel_hook(self)
+        self._withdraw(self._job)

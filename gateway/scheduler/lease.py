@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from types import TracebackType
 
 from gateway.engines.backend import Priority
-from gateway.scheduler.jobs import Job, JobState
+from gateway.scheduler.jobs import JobHandle, JobSpec, JobState
 from gateway.scheduler.slot import Scheduler
 
 # How often a held lease checks whether its job was cancelled (shutdown, disconnect).
@@ -28,17 +28,18 @@ class SlotLease:
     def __init__(self, scheduler: Scheduler, priority: Priority, kind: str) -> None:
         self.scheduler = scheduler
         self._released = threading.Event()
-        self.job = Job(priority, work=self._hold, kind=kind, preemptible=False)
+        self.spec = JobSpec(priority, work=self._hold, kind=kind, preemptible=False)
+        self.job: JobHandle | None = None  # once submitted
 
     def _hold(self) -> Iterator[str]:
         yield GRANTED
         # The wait is woken by release(); the poll also notices a cancel (e.g. shutdown).
         while not self._released.wait(POLL_SECONDS):
-            if self.job.cancel_requested:
+            if self.job is not None and self.job.cancel_requested:
                 return
 
     async def __aenter__(self) -> SlotLease:
-        self.scheduler.submit(self.job)  # raises QueueFullError (429)
+        self.job = self.scheduler.submit(self.spec)  # raises QueueFullError (429)
         events = self.job.events()
         try:
             await anext(events)
@@ -59,5 +60,5 @@ class SlotLease:
 
     def release(self) -> None:
         self._released.set()  # a running lease ends at its next poll, as a finished job
-        if self.job.state is JobState.QUEUED:
+        if self.job is not None and self.job.state is JobState.QUEUED:
             self.job.cancel()

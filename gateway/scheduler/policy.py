@@ -166,7 +166,7 @@ def memory_to_release(lanes: Iterable[Sequence[Job]], max_paused_with_memory: in
         job
         for queue in lanes
         for job in queue
-        if job.state is JobState.PREEMPTED and job.release_memory and not job.memory_released
+        if job.state is JobState.PREEMPTED and job.holds_memory and not job.memory_released
     ]
     excess = len(holding) - max_paused_with_memory
     if excess <= 0:

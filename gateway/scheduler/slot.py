@@ -29,7 +29,7 @@ from gateway.errors import QueueFullError, ServiceUnavailableError
 from gateway.scheduler import policy
 from gateway.scheduler.gates import GATE_NAMES, Gates
 from gateway.scheduler.handoff import EventHandoff
-from gateway.scheduler.jobs import Job, JobState
+from gateway.scheduler.jobs import Job, JobHandle, JobSpec, JobState
 from gateway.scheduler.observer import SchedulerObserver
 from gateway.scheduler.pacing import prefill_chunk_tokens
 from gateway.scheduler.policy import OnWaiting, SchedulerConfig
@@ -101,43 +101,42 @@ class Scheduler:
 
     # -- what handlers call --------------------------------------------------------------------
 
-    def submit(self, job: Job) -> Job:
-        """Queue ``job``; raises QueueFullError (429) when its class's queue is full."""
-        queue = self.queues[job.priority]
-        limit = self.config.max_queued[job.priority]
+    def submit(self, spec: JobSpec) -> JobHandle:
+        """Queue the job ``spec`` describes; raises QueueFullError (429) when its class's
+        queue is full."""
+        queue = self.queues[spec.priority]
+        limit = self.config.max_queued[spec.priority]
         if len(queue) >= limit:
-            self.observer.job_rejected(job.priority.label, "queue_full")
+            self.observer.job_rejected(spec.priority.label, "queue_full")
             raise QueueFullError(
-                f"the {job.priority.label} queue is full ({limit} waiting); retry later",
+                f"the {spec.priority.label} queue is full ({limit} waiting); retry later",
                 retry_after=policy.retry_after(
                     self._mean_job_seconds, len(queue), random.uniform(0.75, 1.25)
                 ),
             )
-        job.submitted_at = self.clock()
-        job._cancel_hook = self._on_cancel
+        job = Job.of(spec, self.clock())
         queue.append(job)
         self._changed()
-        return job
+        return JobHandle(job, self._withdraw)
 
-    def submit_hint(self, job: Job, session: str | None) -> Job:
+    def submit_hint(self, spec: JobSpec, session: str | None) -> JobHandle:
         """Queue a typing hint's prefill in the hint lane; never refused.
 
         A newer hint of the same session replaces a queued one, and beyond
         ``max_queued_hints`` the oldest waiting hint is dropped: hints are advice, the
         newest is the best advice, and none of them may crowd out a request.
         """
-        job.hint, job.session, job.preemptible = True, session, True
         room = policy.hint_room(self.hint_queue, session, self.config.max_queued_hints)
         for old in room.replaced:
-            old.cancel()
+            self._withdraw(old)
         for oldest in room.dropped:
             self.observer.job_rejected(HINT_LANE, "queue_full")
-            oldest.cancel()
-        job.submitted_at = self.clock()
-        job._cancel_hook = self._on_cancel
+            self._withdraw(oldest)
+        job = Job.of(spec, self.clock())
+        job.hint, job.session, job.preemptible = True, session, True
         self.hint_queue.append(job)
         self._changed()
-        return job
+        return JobHandle(job, self._withdraw)
 
     def prefill_chunk(self, base: int) -> int:
         """The running job's next prefill chunk (called on the inference thread)."""
@@ -236,7 +235,7 @@ class Scheduler:
         if running is None or decision is OnWaiting.KEEP:
             return
         if decision is OnWaiting.CANCEL:
-            running.cancel()  # speculative work gives way to anything, and is not resumed
+            self._withdraw(running)  # speculative work gives way to anything, not resumed
         else:
             running.preempt_requested = True
 
@@ -316,7 +315,6 @@ class Scheduler:
         excess = policy.memory_to_release(self._all_queues(), self.config.max_paused_with_memory)
         loop = asyncio.get_running_loop()
         for job in excess:
-            assert job.release_memory is not None
             if await loop.run_in_executor(self._thread, job.release_memory):
                 job.memory_released = True
                 self.observer.job_memory_released(job.priority.label)
@@ -333,7 +331,7 @@ class Scheduler:
         after_token = False
         try:
             if job.steps is None:
-                job.steps = iter(job.work())
+                job.steps = iter(job.spec.work())
             while True:
                 if job.cancel_requested:
                     _close(job)
@@ -358,8 +356,12 @@ class Scheduler:
             with self._occupancy_lock:
                 self._occupancy -= 1
 
-    def _on_cancel(self, job: Job) -> None:
-        """A client withdrew ``job``: drop it if it waits; a running job stops at its next step."""
+    def _withdraw(self, job: Job) -> None:
+        """Cancel ``job`` (its handle's ``cancel``): dropped if it waits; a running job stops
+        at its next step; a finished one is left as it ended."""
+        if job.finished:
+            return
+        job.cancel_requested = True
         for queue in self._all_queues():
             if job in queue:
                 queue.remove(job)

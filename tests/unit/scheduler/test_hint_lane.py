@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 
 from gateway.engines.backend import Priority
-from gateway.scheduler.jobs import Job, JobState
+from gateway.scheduler.jobs import JobSpec, JobState
 from gateway.scheduler.pacing import prefill_chunk_tokens
 from tests.unit.scheduler.test_slot import FakeEngine, blocked_slot, make_scheduler
 
 
-def hint(engine: FakeEngine, name: str, steps: int = 1, step_seconds: float = 0.002) -> Job:
-    return Job(
+def hint(engine: FakeEngine, name: str, steps: int = 1, step_seconds: float = 0.002) -> JobSpec:
+    return JobSpec(
         Priority.USER, engine.work(name, steps=steps, step_seconds=step_seconds), kind="prefill"
     )
 
@@ -25,7 +25,7 @@ async def test_a_hint_flood_never_fills_the_user_queue_and_never_429s() -> None:
     hints = [scheduler.submit_hint(hint(engine, f"h{i}"), session=None) for i in range(200)]
     assert len(scheduler.queues[Priority.USER]) == 0
     assert len(scheduler.hint_queue) == 4
-    user = scheduler.submit(Job(Priority.USER, engine.work("user", steps=1), preemptible=False))
+    user = scheduler.submit(JobSpec(Priority.USER, engine.work("user", steps=1), preemptible=False))
     await asyncio.gather(blocker.wait(), user.wait(), *(h.wait() for h in hints))
     # The user's request ran right after the blocker, before any waiting hint.
     assert engine.started[:2] == ["blocker", "user"]
@@ -53,12 +53,12 @@ async def test_hints_run_before_task_work_and_are_preempted_by_a_user_job() -> N
     await scheduler.start()
     engine = FakeEngine()
     blocker = await blocked_slot(scheduler, engine)
-    task = scheduler.submit(Job(Priority.TASK, engine.work("task", steps=1)))
+    task = scheduler.submit(JobSpec(Priority.TASK, engine.work("task", steps=1)))
     long_hint = scheduler.submit_hint(hint(engine, "hint", steps=200, step_seconds=0.005), "s")
     await blocker.wait()
     while "hint" not in engine.started:  # its first step computed, not only given the slot
         await asyncio.sleep(0.001)
-    user = scheduler.submit(Job(Priority.USER, engine.work("user", steps=1)))
+    user = scheduler.submit(JobSpec(Priority.USER, engine.work("user", steps=1)))
     await asyncio.wait_for(user.wait(), 0.5)  # not after the hint's 1 s of steps
     assert long_hint.preemptions == 1
     await asyncio.gather(long_hint.wait(), task.wait())
@@ -71,7 +71,7 @@ async def test_a_user_job_would_not_wait_for_a_hint() -> None:
     await scheduler.start()
     engine = FakeEngine()
     running = scheduler.submit_hint(hint(engine, "hint", steps=100, step_seconds=0.005), "s")
-    while scheduler.running is not running:
+    while running.state is not JobState.RUNNING:
         await asyncio.sleep(0.001)
     assert not scheduler.would_wait(Priority.USER)
     assert scheduler.would_wait(Priority.TASK)

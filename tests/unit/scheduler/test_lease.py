@@ -6,7 +6,7 @@ import asyncio
 
 from gateway.engines.backend import Priority
 from gateway.metrics import GatewayMetrics
-from gateway.scheduler.jobs import Job
+from gateway.scheduler.jobs import JobSpec
 from gateway.scheduler.lease import SlotLease
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
 
@@ -23,8 +23,9 @@ async def test_a_lease_holds_the_slot_until_released() -> None:
         ran: list[str] = []
         async with SlotLease(scheduler, Priority.USER, kind="upstream"):
             assert scheduler.snapshot()["slot"]["kind"] == "upstream"
-            other = Job(Priority.USER, work=lambda: iter([ran.append("other")]))
-            scheduler.submit(other)
+            other = scheduler.submit(
+                JobSpec(Priority.USER, work=lambda: iter([ran.append("other")]))
+            )
             await asyncio.sleep(0.05)
             assert ran == []  # one inference at a time, wherever it computes
         await asyncio.wait_for(other.wait(), 2)
@@ -44,7 +45,7 @@ async def test_a_lease_withdrawn_while_queued_never_runs() -> None:
             await asyncio.sleep(0.05)
             entering.cancel()
             await asyncio.gather(entering, return_exceptions=True)
-            assert waiting.job.finished
+            assert waiting.job is not None and waiting.job.finished
         await asyncio.sleep(0.05)
         assert scheduler.snapshot()["slot"] is None
     finally:

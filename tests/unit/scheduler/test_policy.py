@@ -8,7 +8,7 @@ from typing import Any
 from gateway.engines.backend import Priority
 from gateway.scheduler import policy
 from gateway.scheduler.gates import Gates
-from gateway.scheduler.jobs import Job, JobState
+from gateway.scheduler.jobs import Job, JobSpec, JobState
 from gateway.scheduler.policy import OnWaiting, SchedulerConfig
 
 USER, TASK, BACKGROUND = Priority.USER, Priority.TASK, Priority.BACKGROUND
@@ -18,6 +18,21 @@ NOW = 10.0  # jobs below arrive at 0-9 s: none has aged
 
 def no_steps() -> Iterator[Any]:
     return iter(())
+
+
+class PausedGeneration:
+    """Steps holding a KV cache they can free (``HoldsMemory``)."""
+
+    holds_memory = True
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        raise StopIteration
+
+    def release_memory(self) -> bool:
+        return True
 
 
 def job(
@@ -34,11 +49,14 @@ def job(
     started_at: float | None = None,
     holds_memory: bool = False,
 ) -> Job:
-    made = Job(priority, no_steps, kind=kind, preemptible=preemptible, id=name or f"{priority}")
-    made.submitted_at, made.hint, made.session = at, hint, session
+    spec = JobSpec(
+        priority, no_steps, kind=kind, preemptible=preemptible, id=name or priority.label
+    )
+    made = Job.of(spec, submitted_at=at)
+    made.hint, made.session = hint, session
     made.preemptions, made.state, made.started_at = preemptions, state, started_at
     if holds_memory:
-        made.release_memory = lambda: True
+        made.steps = PausedGeneration()
     return made
 
 

@@ -13,7 +13,7 @@ import pytest
 from gateway.engines.backend import Priority
 from gateway.errors import QueueFullError, ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
-from gateway.scheduler.jobs import Job, JobState
+from gateway.scheduler.jobs import JobHandle, JobSpec, JobState
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
 
 STEP_SECONDS = 0.002
@@ -63,16 +63,20 @@ async def scheduler():
     await running.stop()
 
 
-async def collect(job: Job) -> list[int]:
+async def collect(job: JobHandle) -> list[int]:
     return [event async for event in job.events()]
 
 
-async def blocked_slot(scheduler: Scheduler, engine: FakeEngine, seconds: float = 0.15) -> Job:
+async def blocked_slot(
+    scheduler: Scheduler, engine: FakeEngine, seconds: float = 0.15
+) -> JobHandle:
     """Occupy the slot with a user job so that what is submitted next queues up."""
     blocker = scheduler.submit(
-        Job(Priority.USER, engine.work("blocker", steps=1, step_seconds=seconds), preemptible=False)
+        JobSpec(
+            Priority.USER, engine.work("blocker", steps=1, step_seconds=seconds), preemptible=False
+        )
     )
-    while scheduler.running is not blocker:
+    while blocker.state is not JobState.RUNNING:
         await asyncio.sleep(0.001)
     return blocker
 
@@ -80,7 +84,7 @@ async def blocked_slot(scheduler: Scheduler, engine: FakeEngine, seconds: float 
 async def test_never_two_jobs_in_the_slot_under_mixed_load(scheduler: Scheduler) -> None:
     engine = FakeEngine()
     jobs = [
-        scheduler.submit(Job(list(Priority)[i % 3], engine.work(f"job{i}", steps=8)))
+        scheduler.submit(JobSpec(list(Priority)[i % 3], engine.work(f"job{i}", steps=8)))
         for i in range(24)
     ]
     results = await asyncio.gather(*(collect(j) for j in jobs))
@@ -96,7 +100,9 @@ async def test_priority_classes_then_fifo(scheduler: Scheduler) -> None:
     names = ["bg1", "task1", "user1", "bg2", "task2", "user2"]
     classes = {"bg": Priority.BACKGROUND, "task": Priority.TASK, "user": Priority.USER}
     jobs = [
-        scheduler.submit(Job(classes[n.rstrip("12")], engine.work(n, steps=1), preemptible=False))
+        scheduler.submit(
+            JobSpec(classes[n.rstrip("12")], engine.work(n, steps=1), preemptible=False)
+        )
         for n in names
     ]
     await asyncio.gather(blocker.wait(), *(j.wait() for j in jobs))
@@ -108,7 +114,7 @@ async def test_user_job_preempts_background_which_resumes_without_loss() -> None
     await scheduler.start()
     engine = FakeEngine()
     background = scheduler.submit(
-        Job(Priority.BACKGROUND, engine.work("bg", steps=60, step_seconds=0.005))
+        JobSpec(Priority.BACKGROUND, engine.work("bg", steps=60, step_seconds=0.005))
     )
     events: list[int] = []
 
@@ -119,7 +125,7 @@ async def test_user_job_preempts_background_which_resumes_without_loss() -> None
     consumer = asyncio.create_task(consume())
     while len(events) < 5:
         await asyncio.sleep(0.001)
-    user = scheduler.submit(Job(Priority.USER, engine.work("user", steps=3)))
+    user = scheduler.submit(JobSpec(Priority.USER, engine.work("user", steps=3)))
     await user.wait()
     assert background.state is JobState.PREEMPTED or background.preemptions == 1
     paused_at = len(events)
@@ -134,10 +140,10 @@ async def test_user_job_preempts_background_which_resumes_without_loss() -> None
 async def test_cancel_queued_and_running_jobs(scheduler: Scheduler) -> None:
     engine = FakeEngine()
     running = scheduler.submit(
-        Job(Priority.USER, engine.work("long", steps=1000, step_seconds=0.005))
+        JobSpec(Priority.USER, engine.work("long", steps=1000, step_seconds=0.005))
     )
-    queued = scheduler.submit(Job(Priority.USER, engine.work("never", steps=1)))
-    while scheduler.running is not running:
+    queued = scheduler.submit(JobSpec(Priority.USER, engine.work("never", steps=1)))
+    while running.state is not JobState.RUNNING:
         await asyncio.sleep(0.001)
     queued.cancel()
     assert queued.state is JobState.CANCELLED
@@ -147,7 +153,7 @@ async def test_cancel_queued_and_running_jobs(scheduler: Scheduler) -> None:
     assert time.monotonic() - cancelled_at < 0.1, "a running job stops within one step"
     assert running.state is JobState.CANCELLED
     assert "never" not in engine.started
-    follower = scheduler.submit(Job(Priority.USER, engine.work("next", steps=1)))
+    follower = scheduler.submit(JobSpec(Priority.USER, engine.work("next", steps=1)))
     await follower.wait()
     assert follower.state is JobState.DONE
 
@@ -159,11 +165,13 @@ async def test_full_queue_is_429_with_retry_after() -> None:
     await scheduler.start()
     engine = FakeEngine()
     await blocked_slot(scheduler, engine, seconds=0.2)
-    scheduler.submit(Job(Priority.USER, engine.work("waits", steps=1)))
+    scheduler.submit(JobSpec(Priority.USER, engine.work("waits", steps=1)))
     with pytest.raises(QueueFullError) as caught:
-        scheduler.submit(Job(Priority.USER, engine.work("refused", steps=1)))
+        scheduler.submit(JobSpec(Priority.USER, engine.work("refused", steps=1)))
     assert caught.value.status_code == 429 and caught.value.retry_after >= 1
-    scheduler.submit(Job(Priority.BACKGROUND, engine.work("other class", steps=1)))  # its own queue
+    scheduler.submit(
+        JobSpec(Priority.BACKGROUND, engine.work("other class", steps=1))
+    )  # its own queue
     await scheduler.stop()
 
 
@@ -172,7 +180,7 @@ async def test_waiting_too_long_is_503() -> None:
     await scheduler.start()
     engine = FakeEngine()
     await blocked_slot(scheduler, engine, seconds=0.4)
-    late = scheduler.submit(Job(Priority.USER, engine.work("late", steps=1)))
+    late = scheduler.submit(JobSpec(Priority.USER, engine.work("late", steps=1)))
     with pytest.raises(ServiceUnavailableError):
         await late.wait()
     assert "late" not in engine.started
@@ -183,12 +191,12 @@ async def test_pipeline_lock_holds_background_during_the_grace() -> None:
     scheduler = make_scheduler(pipeline_grace=0.3)
     await scheduler.start()
     engine = FakeEngine()
-    user = scheduler.submit(Job(Priority.USER, engine.work("user", steps=1)))
+    user = scheduler.submit(JobSpec(Priority.USER, engine.work("user", steps=1)))
     await user.wait()
     ended = time.monotonic()
     assert scheduler.snapshot()["gates"]["pipeline_lock"] is True
-    task = scheduler.submit(Job(Priority.TASK, engine.work("task", steps=1)))
-    background = scheduler.submit(Job(Priority.BACKGROUND, engine.work("bg", steps=1)))
+    task = scheduler.submit(JobSpec(Priority.TASK, engine.work("task", steps=1)))
+    background = scheduler.submit(JobSpec(Priority.BACKGROUND, engine.work("bg", steps=1)))
     await task.wait()
     assert time.monotonic() - ended < 0.25, "task work is not held by the pipeline lock"
     await background.wait()
@@ -203,8 +211,8 @@ async def test_typing_lock_holds_background_until_quiet() -> None:
     engine = FakeEngine()
     scheduler.note_typing()
     typed = time.monotonic()
-    background = scheduler.submit(Job(Priority.BACKGROUND, engine.work("bg", steps=1)))
-    user = scheduler.submit(Job(Priority.USER, engine.work("user", steps=1)))
+    background = scheduler.submit(JobSpec(Priority.BACKGROUND, engine.work("bg", steps=1)))
+    user = scheduler.submit(JobSpec(Priority.USER, engine.work("user", steps=1)))
     await user.wait()
     await asyncio.sleep(0.1)
     scheduler.note_typing()  # still typing: the lock is closed again
@@ -218,9 +226,9 @@ async def test_typing_lock_holds_background_until_quiet() -> None:
 async def test_prefill_freeze_admits_only_user_jobs(scheduler: Scheduler) -> None:
     engine = FakeEngine()
     scheduler.hold_prefill_freeze("hint-1")
-    task = scheduler.submit(Job(Priority.TASK, engine.work("task", steps=1)))
-    background = scheduler.submit(Job(Priority.BACKGROUND, engine.work("bg", steps=1)))
-    user = scheduler.submit(Job(Priority.USER, engine.work("user", steps=1)))
+    task = scheduler.submit(JobSpec(Priority.TASK, engine.work("task", steps=1)))
+    background = scheduler.submit(JobSpec(Priority.BACKGROUND, engine.work("bg", steps=1)))
+    user = scheduler.submit(JobSpec(Priority.USER, engine.work("user", steps=1)))
     await user.wait()
     await asyncio.sleep(0.05)
     assert engine.started == ["user"]
@@ -235,9 +243,9 @@ async def test_ageing_lets_old_background_work_compete_as_a_task() -> None:
     await scheduler.start()
     engine = FakeEngine()
     blocker = await blocked_slot(scheduler, engine, seconds=0.2)
-    old_background = scheduler.submit(Job(Priority.BACKGROUND, engine.work("old-bg", steps=1)))
+    old_background = scheduler.submit(JobSpec(Priority.BACKGROUND, engine.work("old-bg", steps=1)))
     await asyncio.sleep(0.15)
-    task = scheduler.submit(Job(Priority.TASK, engine.work("task", steps=1)))
+    task = scheduler.submit(JobSpec(Priority.TASK, engine.work("task", steps=1)))
     await asyncio.gather(blocker.wait(), old_background.wait(), task.wait())
     assert engine.started == ["blocker", "old-bg", "task"]
     await scheduler.stop()
@@ -256,28 +264,45 @@ async def test_paused_jobs_beyond_the_limit_release_their_memory() -> None:
     engine = FakeEngine()
     released: list[str] = []
 
-    def holding_memory(priority: Priority, name: str) -> Job:
-        job = Job(priority, lambda: iter(()))
+    began: set[str] = set()
 
-        def work() -> Iterator[int]:
-            job.release_memory = lambda: not released.append(name)
-            yield from engine.work(name, steps=60, step_seconds=0.005)()
+    class HoldingMemory:
+        """Steps that offer to free their memory while paused (``HoldsMemory``)."""
 
-        job.work = work
-        return job
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.steps = engine.work(name, steps=60, step_seconds=0.005)()
+            began.add(name)
 
-    async def running(job: Job) -> None:
-        while scheduler.running is not job or job.steps is None:
+        def __iter__(self) -> Iterator[int]:
+            return self
+
+        def __next__(self) -> int:
+            return next(self.steps)
+
+        @property
+        def holds_memory(self) -> bool:
+            return True
+
+        def release_memory(self) -> bool:
+            released.append(self.name)
+            return True
+
+    def holding_memory(priority: Priority, name: str) -> JobSpec:
+        return JobSpec(priority, lambda: HoldingMemory(name))
+
+    async def running(job: JobHandle, name: str) -> None:
+        while job.state is not JobState.RUNNING or name not in began:
             await asyncio.sleep(0.001)
         await asyncio.sleep(0.02)
 
     background = scheduler.submit(holding_memory(Priority.BACKGROUND, "background"))
-    await running(background)
+    await running(background, "background")
     task = scheduler.submit(holding_memory(Priority.TASK, "task"))  # waits: tasks do not preempt
-    await scheduler.submit(Job(Priority.USER, engine.work("user1", steps=2))).wait()
+    await scheduler.submit(JobSpec(Priority.USER, engine.work("user1", steps=2))).wait()
     assert released == [], "one paused job may keep its memory"
-    await running(task)
-    await scheduler.submit(Job(Priority.USER, engine.work("user2", steps=2))).wait()
+    await running(task, "task")
+    await scheduler.submit(JobSpec(Priority.USER, engine.work("user2", steps=2))).wait()
     assert released == ["background"], "the job paused longest gives its memory up first"
     results = await asyncio.gather(collect(background), collect(task))
     assert results == [list(range(60)), list(range(60))]
@@ -291,7 +316,7 @@ async def test_an_abandoned_freeze_holds_task_work_at_most_its_bound() -> None:
     engine = FakeEngine()
     held_at = time.monotonic()
     scheduler.hold_prefill_freeze("hint-abandoned")  # never released: nobody followed it up
-    task = scheduler.submit(Job(Priority.TASK, engine.work("task", steps=1)))
+    task = scheduler.submit(JobSpec(Priority.TASK, engine.work("task", steps=1)))
     await asyncio.wait_for(task.wait(), 3)
     waited = time.monotonic() - held_at
     assert 0.29 <= waited < 1.0
@@ -302,17 +327,17 @@ async def test_an_abandoned_freeze_holds_task_work_at_most_its_bound() -> None:
 async def test_any_job_cancels_a_running_speculation(scheduler: Scheduler) -> None:
     engine = FakeEngine()
     speculation = scheduler.submit(
-        Job(
+        JobSpec(
             Priority.USER,
             engine.work("speculation", steps=1000, step_seconds=0.005),
             kind="speculation",
         )
     )
-    while scheduler.running is not speculation:
+    while speculation.state is not JobState.RUNNING:
         await asyncio.sleep(0.001)
     assert not scheduler.would_wait(Priority.TASK)  # it does not make the slot busy
     arrived = time.monotonic()
-    background = scheduler.submit(Job(Priority.BACKGROUND, engine.work("after", steps=1)))
+    background = scheduler.submit(JobSpec(Priority.BACKGROUND, engine.work("after", steps=1)))
     await speculation.wait()
     assert speculation.state is JobState.CANCELLED  # cancelled, not paused to resume
     assert time.monotonic() - arrived < 0.1
