@@ -53,6 +53,23 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         help="ceiling: one more gateway run under the per-thread profiler, written here",
     )
     parser.add_argument(
+        "--rows",
+        nargs="*",
+        help="ceiling: only these of the gateway's rows (plain, 'json schema', 'logprobs 5')",
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        metavar="NAME:SECTION.KEY=VALUE",
+        help="ceiling: one more gateway of this source, with one setting changed "
+        "(e.g. unpaced:scheduler.token_flush_seconds=0), in the same runs",
+    )
+    parser.add_argument(
+        "--engine-row",
+        action="store_true",
+        help="ceiling: also the gateway's engine in this process (MLXRunner.generate, no HTTP)",
+    )
+    parser.add_argument(
         "--slots", type=int, help="experts: expert slots per MoE layer (default 8 of 64)"
     )
     parser.add_argument(

@@ -16,6 +16,11 @@ alternating in every run after one discarded warm-up:
   worktree of an earlier commit), for a before/after in one run;
 * ``mlx_lm.server`` on the same weights (``--versus-server``), streamed the same way;
 * the CPU of the gateway's other threads per token (the inference thread, MLX's own);
+* with ``--variant NAME:SECTION.KEY=VALUE``, another gateway of this source with one setting
+  changed (``unpaced:scheduler.token_flush_seconds=0``); ``--rows`` keeps only some rows;
+* with ``--engine-row``, the gateway's own engine in this process (``MLXRunner.generate``:
+  the same decode loop, detokenizer and stop matcher, no HTTP, no event loop): what the
+  gateway costs on the inference thread apart from serving;
 * with ``--profile-dir``, one more gateway run under a per-thread profiler
   (``gateway.profiling``): where the event loop's and the inference thread's time goes.
 
@@ -32,6 +37,7 @@ vocabulary projection's share.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -145,6 +151,34 @@ def mlx_lm_decode(model: Any, tokenizer: Any, max_tokens: int) -> float:
         time.perf_counter() for _ in generate_step(mx.array(prompt), model, max_tokens=max_tokens)
     ]
     return (len(times) - 1) / (times[-1] - times[0])
+
+
+def engine_decode(runner: Any, max_tokens: int) -> float:
+    """Tokens/s of the gateway's engine (greedy), first token event to last, in process."""
+    from gateway.engines.backend import ChatMessage, SamplingParams, TokenEvent
+
+    prompt = runner.render_chat([ChatMessage(role="user", content=PROMPT)])
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    times = [
+        time.perf_counter()
+        for event in runner.generate(prompt, params)
+        if isinstance(event, TokenEvent) and event.token_ids
+    ]
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def variant_config(config: dict[str, Any], spec: str) -> tuple[str, dict[str, Any]]:
+    """``NAME:SECTION.KEY=VALUE`` -> (NAME, ``config`` with that setting)."""
+    name, setting = spec.split(":", 1)
+    key, raw = setting.split("=", 1)
+    section, field = key.split(".", 1)
+    try:
+        value: Any = json.loads(raw)
+    except ValueError:
+        value = raw
+    changed = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+    changed.setdefault(section, {})[field] = value
+    return name, changed
 
 
 def chat_body(prompt: str, extra: dict[str, Any], max_tokens: int, model: str) -> dict[str, Any]:
@@ -310,6 +344,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     gateways: dict[str, RunningGateway] = {}
     envs: dict[str, dict[str, str]] = {"gateway": {}}
     cwds: dict[str, Path | None] = {"gateway": None}
+    configs: dict[str, dict[str, Any]] = {"gateway": config}
+    for spec in args.variant or ():
+        name, changed = variant_config(config, spec)
+        configs[name], envs[name], cwds[name] = changed, {}, None
+    rows = [row for row in GATEWAY_ROWS if not args.rows or row[0] in args.rows]
+    runner = None
+    if args.engine_row:
+        from gateway.engines.mlx_runner import MLXRunner
+
+        runner = MLXRunner(DEFAULT_MODEL_ID, folder, compute)
     server: RunningUpstream | None = None
     rates: dict[str, list[float]] = {}
     cpu_per_token: dict[str, list[float]] = {}
@@ -321,6 +365,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             gateways["baseline"] = start_gateway(
                 workdir / "baseline", config, extra_env=envs["baseline"], cwd=cwds["baseline"]
             )
+        for name in configs.keys() - {"gateway"}:
+            gateways[name] = start_gateway(workdir / name, configs[name])
         if args.versus_server:
             server = start_mlx_lm_server(workdir / "server", folder)
         clients = {who: gateway.http() for who, gateway in gateways.items()}
@@ -329,11 +375,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         for index in range(args.runs + 1):
             measured = {"mlx-lm generate_step": mlx_lm_decode(model, tokenizer, args.max_tokens)}
+            if runner is not None:
+                measured["gateway engine (in process)"] = engine_decode(runner, args.max_tokens)
             if server is not None and server_client is not None:
                 measured[SERVER] = server_decode(server, server_client, args.max_tokens)
             thread_cpu: dict[str, float] = {}
             for who, client in clients.items():
-                for name, prompt, extra in GATEWAY_ROWS:
+                for name, prompt, extra in rows:
                     rate, loop, others = gateway_decode(
                         gateways[who], client, prompt, extra, args.max_tokens
                     )
@@ -353,10 +401,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             server.stop()
     profiles: dict[str, dict[str, str]] = {}
     if args.profile_dir:
-        for who in gateways:
+        for who in ("gateway",):  # this source's: the others' differ in a setting or two
             try:
                 profiles[who] = profiled_run(
-                    Path(args.profile_dir) / who, config, envs[who], cwds[who], args.max_tokens
+                    Path(args.profile_dir) / who,
+                    configs.get(who, config),
+                    envs[who],
+                    cwds[who],
+                    args.max_tokens,
                 )
             except (httpx.HTTPError, RuntimeError) as exc:  # the measurements above stand
                 profiles[who] = {"error": f"{type(exc).__name__}: {exc}"}
@@ -377,10 +429,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"ceiling: {ceiling:.1f} tokens/s (bandwidth median / weights bytes)")
     for name, s in summaries.items():
         print(f"  {name:34} median {s.median / ceiling:6.1%} of the ceiling")
-    if args.baseline:
-        for name, _prompt, _extra in GATEWAY_ROWS:
-            after, before = summaries[f"gateway: {name}"], summaries[f"baseline: {name}"]
-            print(f"  {name:34} this / baseline (medians): {after.median / before.median:.3f}")
+    generate_step = summaries["mlx-lm generate_step"]
+    for who in gateways:
+        for name, _prompt, _extra in rows:
+            this = summaries[f"{who}: {name}"]
+            print(
+                f"  {who + ': ' + name:34} / generate_step: {this.median / generate_step.median:.3f}"
+                + (
+                    f", / baseline: {this.median / summaries['baseline: ' + name].median:.3f}"
+                    if "baseline" in gateways
+                    else ""
+                )
+            )
     print("\none decode step (100 tokens of context), medians:")
     for name, milliseconds in profile.items():
         print(f"  {name:34} {milliseconds:8.2f} ms")
@@ -391,6 +451,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "runs": args.runs,
         "max_tokens": args.max_tokens,
         "baseline": args.baseline,
+        "variants": args.variant or [],
         "weights_bytes": weight_bytes,
         "matvec_bytes_per_second": bandwidth.as_dict(),
         "ceiling_tokens_per_second": ceiling,

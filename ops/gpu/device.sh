@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# On the device machine (ops/gpu/prepare.sh prints the calls): stash | decode | ttft.
+# On the device machine (ops/gpu/prepare.sh prints the calls): stash | decode | more | long.
 #   stash:  keep the carried payload part(s) outside the working tree (laid anew each call)
 #   decode: join the parts, check the sha256, install the wheels, build the models, run
-#           `run.py decode` (limits + bench ceiling per model) under a time budget
-#   ttft:   `run.py ttft` (bench versus at 2K/8K/32K per model), same machine, still warm
+#           `run.py decode` (limits + bench ceiling, SmolLM2 and 1B bf16) under a time budget
+#   more, long: `run.py more|long` (4-bit rows, 8B TTFT), same machine, still warm
 # Results: $OUT/results.json and $OUT/log.txt (the device tool brings back few files).
 set -uo pipefail
 STASH=/tmp/gpu-stash SITE=/tmp/gpu-site WORK=${GPU_WORK:-/tmp/gpu-work}
 PY=${PY:-python3}  # (a smoke test on a CPU machine passes its own, and SKIP_INSTALL=1)
 mkdir -p "$STASH" "$WORK" "${OUT:=/tmp/gpu-out}"
-case "${1:?stash, decode or ttft}" in
+case "${1:?stash, decode, more or long}" in
 stash)
   cp .gpu/part-*/* "$STASH"/ && ls -la "$STASH"
   exit ;;
@@ -22,7 +22,7 @@ decode)
   mkdir -p "$WORK/payload" && tar -C "$WORK/payload" -xf "$WORK/payload.tar" && rm "$WORK/payload.tar"
   [ -n "${SKIP_INSTALL:-}" ] || "$PY" -m pip install -q --no-index --no-deps --no-compile \
     --no-cache-dir --upgrade --target "$SITE" "$WORK"/payload/*.whl || exit 1 ;;
-ttft) ;;
+more | long) ;;
 *) echo "unknown step $1"; exit 2 ;;
 esac
 export PYTHONPATH="$WORK/src/after:$SITE" PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error

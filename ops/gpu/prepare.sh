@@ -6,8 +6,8 @@
 # SmolLM2 folder (~100 MB), as one tar split into parts of PART_MB. Call k carries part k and
 # stashes it outside the working tree (`device.sh stash`); the last part's call also carries
 # the two versions of the source and runs `device.sh decode` (which joins, checks the sha256,
-# installs and runs); the next call, made at once while the machine is warm, runs
-# `device.sh ttft`. Everything goes under .gpu/, ignored through .git/info/exclude.
+# installs and runs); the next calls, made at once while the machine is warm, run
+# `device.sh more` and `device.sh long`. Everything goes under .gpu/, ignored through .git/info/exclude.
 #
 # Usage: ops/gpu/prepare.sh BEFORE_COMMIT [AFTER_COMMIT]   (AFTER defaults to HEAD)
 set -euo pipefail
@@ -46,7 +46,7 @@ for part in .gpu/part-*; do mkdir "$part.d" && mv "$part" "$part.d/" && mv "$par
 cp .gpu/payload.sha256 "$(ls -d .gpu/part-* | tail -1)/"
 # Clean copies of the two versions: the working tree may hold others' unfinished edits.
 git archive "$BEFORE" gateway prompts | tar -x -C .gpu/before
-git archive "$AFTER" gateway prompts ops/gpu | tar -x -C .gpu/after
+git archive "$AFTER" gateway prompts bench ops/gpu | tar -x -C .gpu/after
 echo "before=$(git rev-parse --short "$BEFORE") after=$(git rev-parse --short "$AFTER")" > .gpu/after/VERSIONS
 du -sh .gpu/part-* .gpu/before .gpu/after
 parts=(.gpu/part-*)
@@ -56,4 +56,4 @@ for ((i = 0; i < ${#parts[@]} - 1; i++)); do
   echo "  carry [${parts[$i]}]: bash ops/gpu/device.sh stash"
 done
 echo "  carry [${parts[-1]}, .gpu/before, .gpu/after]: bash ops/gpu/device.sh decode"
-echo "  carry [.gpu/after]: bash ops/gpu/device.sh ttft"
+echo "  carry [.gpu/after]: bash ops/gpu/device.sh more    (then, if time is left: long)"

@@ -1,15 +1,18 @@
 """The GPU benchmarks of issue 22, run on the device machine in one call each.
 
-``decode``: the H200's limits (``limits.py``), then per model, most needed first, ``gateway
-bench ceiling`` (mlx-lm's ``generate_step``, the gateway plain / JSON schema / logprobs with
-its threads' CPU per token, the previous version of the source as the baseline,
-``mlx_lm.server``, a profiled run) until the time budget is spent.
-``ttft``: ``gateway bench versus`` at 2K, 8K and 32K-token contexts (cold, hinted, hinted +
-speculated, second turn) against ``mlx_lm.server``, per model, until the budget is spent.
+``decode``: the H200's limits (``limits.py``), then SmolLM2 and the Llama-1B shape in bf16,
+``gateway bench ceiling`` (mlx-lm's ``generate_step``, the gateway's engine in process, the
+gateway streamed with its threads' CPU per token, the same source with tokens handed over
+one by one, the previous version of the source as the baseline, ``mlx_lm.server``, a
+profiled run). ``more``: the 4-bit rows and the Llama-8B TTFT rows (``gateway bench
+versus`` at 2K and 8K: cold, hinted, hinted + speculated, second turn, against
+``mlx_lm.server``). ``long``: the 8B's 32K row. Each until the time budget is spent
+(``PLAN``).
 
 Every benchmark runs as its own process with a timeout; one failing does not stop the others.
 Everything lands in one JSON file and one log under OUT (the device tool brings back few
-files). Usage: ``python ops/gpu/run.py PHASE OUT MODELS_DIR SMOLLM2 BEFORE_SRC BUDGET_S``.
+files). Usage: ``python ops/gpu/run.py PHASE OUT MODELS_DIR SMOLLM2 BEFORE_SRC BUDGET_S``;
+``GPU_SMOKE=1`` runs the first ceiling and versus steps on a tiny model (a CPU dry run).
 """
 
 from __future__ import annotations
@@ -23,24 +26,35 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-DECODE_MODELS = (
-    "smollm2-bf16",
-    "llama-1b-bf16",
-    "llama-8b-bf16",
-    "llama-1b-4bit",
-    "smollm2-4bit",
-    "llama-8b-4bit",
-)
-# (model, contexts): SmolLM2's own context is 8,192 tokens.
-TTFT_MODELS: tuple[tuple[str, tuple[int, ...]], ...] = (
-    ("llama-1b-bf16", (2048, 8192, 32768)),
-    ("llama-8b-bf16", (2048, 8192, 32768)),
-    ("smollm2-bf16", (2048,)),
-)
-# A model is started only when at least this much of the budget is left (seconds).
-MIN_LEFT = {"smollm2": 60, "llama-1b": 75, "llama-8b": 150, "tiny": 30}
-DECODE_TOKENS, RUNS, TTFT_RUNS = 200, 5, 5
-RUNS = TTFT_RUNS = int(os.environ.get("GPU_RUNS", RUNS))  # fewer only for a smoke test
+# The gateway rows are compared with the same source under another setting (``--variant``).
+UNPACED = "unpaced:scheduler.token_flush_seconds=0"
+# Each phase: (kind, model, arguments) in order, most needed first; a step starts only when
+# MIN_LEFT of the budget is left for it. ``ceiling``: decode; ``versus``: TTFT.
+PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
+    "decode": [
+        ("ceiling", "smollm2-bf16", ["--runs", "10", "--max-tokens", "512", "--rows", "plain",
+                                     "--baseline", "{before}", "--variant", UNPACED,
+                                     "--engine-row", "--versus-server", "--profile-dir", "{profiles}"]),
+        ("ceiling", "llama-1b-bf16", ["--runs", "10", "--max-tokens", "512", "--rows", "plain",
+                                      "--baseline", "{before}", "--variant", UNPACED,
+                                      "--engine-row", "--versus-server", "--profile-dir", "{profiles}"]),
+    ],
+    "more": [
+        ("ceiling", "llama-1b-4bit", ["--runs", "5", "--max-tokens", "256", "--rows", "plain",
+                                      "--engine-row", "--versus-server"]),
+        ("ceiling", "llama-8b-4bit", ["--runs", "5", "--max-tokens", "256", "--rows", "plain",
+                                      "--versus-server"]),
+        ("versus", "llama-8b-bf16", ["--context-tokens", "2048", "8192", "--runs", "5"]),
+        ("ceiling", "smollm2-4bit", ["--runs", "5", "--max-tokens", "256", "--rows", "plain",
+                                     "--engine-row", "--versus-server"]),
+    ],
+    "long": [
+        ("versus", "llama-8b-bf16", ["--context-tokens", "32768", "--runs", "5"]),
+    ],
+}  # fmt: skip
+# A step is started only when at least this much of the budget is left (seconds).
+MIN_LEFT = {"smollm2": 60, "llama-1b": 75, "llama-8b": 150, "tiny": 20}
+SMOKE = os.environ.get("GPU_SMOKE")  # a CPU dry run: tiny model, 1 run, few tokens
 
 
 class Phase:
@@ -101,65 +115,43 @@ def build_models(phase: Phase, models: Path, smollm2: Path, names: list[str]) ->
     return folders
 
 
-def chosen(default: tuple[str, ...]) -> list[str]:
-    """The models to run: ``GPU_MODELS`` (comma-separated; ``tiny`` for a smoke test)."""
-    wanted = os.environ.get("GPU_MODELS")
-    return wanted.split(",") if wanted else list(default)
+def steps_of(phase: str) -> list[tuple[str, str, list[str]]]:
+    if not SMOKE:
+        return PLAN[phase]
+    small = ["--runs", "1", "--max-tokens", "8"]
+    first = PLAN["decode"][0][2]
+    return [
+        ("ceiling", "tiny", [*first[first.index("--rows") :], *small]),
+        ("versus", "tiny", ["--context-tokens", "256", "--runs", "1"]),
+    ]
 
 
-def decode(phase: Phase, models: Path, smollm2: Path, before: Path) -> None:
+def run_phase(phase: Phase, which: str, models: Path, smollm2: Path, before: Path) -> None:
     sys.path.insert(0, str(HERE))
     from limits import model_limits  # (no MLX: it reads the folder's files)
 
-    ceilings_json = phase.out / "ceilings.json"
-    if phase.run("limits", [sys.executable, str(HERE / "limits.py"), str(ceilings_json)], 120):
-        phase.result["limits"] = {"ceilings": json.loads(ceilings_json.read_text())["ceilings"]}
-        phase.save()
-    for name in chosen(DECODE_MODELS):
+    if which == "decode":
+        ceilings_json = phase.out / "ceilings.json"
+        if phase.run("limits", [sys.executable, str(HERE / "limits.py"), str(ceilings_json)], 120):
+            phase.result["limits"] = {"ceilings": json.loads(ceilings_json.read_text())["ceilings"]}
+            phase.save()
+    for index, (kind, name, args) in enumerate(steps_of(which)):
         needed = next(v for k, v in MIN_LEFT.items() if name.startswith(k))
         if phase.left() < needed:
-            phase.say(f"{name}: skipped, {phase.left():.0f} s left")
+            phase.say(f"{kind} {name}: skipped, {phase.left():.0f} s left")
             continue
         # Built just before its turn: an 8B build must not delay the smaller models' rows.
         folder = build_models(phase, models, smollm2, [name]).get(name)
         if folder is None:
             continue
         if "limits" in phase.result:
-            limits = model_limits(folder, phase.result["limits"]["ceilings"])
-            phase.result["limits"][name] = limits
-        out = phase.out / f"ceiling-{name}.json"
-        argv = [
-            sys.executable, "-m", "gateway", "bench", "ceiling",
-            "--model-folder", str(folder), "--baseline", str(before), "--versus-server",
-            "--runs", str(RUNS), "--max-tokens", str(DECODE_TOKENS), "--json", str(out),
-        ]  # fmt: skip
-        if not name.startswith("llama-8b"):  # two more 16 GB loads would not fit the budget
-            argv += ["--profile-dir", str(models.parent / "profiles" / name)]
-        if phase.run(f"ceiling {name}", argv, phase.left() - 10) and out.exists():
-            phase.result[f"ceiling/{name}"] = json.loads(out.read_text())
-            out.unlink()
-            phase.save()
-
-
-def ttft(phase: Phase, models: Path, smollm2: Path) -> None:
-    contexts_of = dict(TTFT_MODELS)
-    for name in chosen(tuple(contexts_of)):
-        contexts = contexts_of.get(name, (2048,))
-        needed = 2 * next(v for k, v in MIN_LEFT.items() if name.startswith(k))
-        if phase.left() < needed:
-            phase.say(f"{name}: skipped, {phase.left():.0f} s left")
-            continue
-        folders = build_models(phase, models, smollm2, [name])
-        if name not in folders:
-            continue
-        out = phase.out / f"versus-{name}.json"
-        argv = [
-            sys.executable, "-m", "gateway", "bench", "versus",
-            "--model-folder", str(folders[name]), "--context-tokens", *map(str, contexts),
-            "--runs", str(TTFT_RUNS), "--max-tokens", "64", "--json", str(out),
-        ]  # fmt: skip
-        if phase.run(f"versus {name}", argv, phase.left() - 10) and out.exists():
-            phase.result[f"versus/{name}"] = json.loads(out.read_text())
+            phase.result["limits"][name] = model_limits(folder, phase.result["limits"]["ceilings"])
+        out = phase.out / f"{kind}-{index}.json"
+        places = {"{before}": str(before), "{profiles}": str(models.parent / "profiles" / name)}
+        argv = [sys.executable, "-m", "gateway", "bench", kind, "--model-folder", str(folder),
+                *(places.get(arg, arg) for arg in args), "--json", str(out)]  # fmt: skip
+        if phase.run(f"{kind} {name}", argv, phase.left() - 10) and out.exists():
+            phase.result[f"{kind}/{name}/{index}"] = json.loads(out.read_text())
             out.unlink()
             phase.save()
 
@@ -170,10 +162,7 @@ def main(argv: list[str]) -> int:
     phase = Phase(Path(out), float(budget))
     phase.say(f"phase {which}")
     try:
-        if which == "decode":
-            decode(phase, Path(models), Path(smollm2), Path(before))
-        else:
-            ttft(phase, Path(models), Path(smollm2))
+        run_phase(phase, which, Path(models), Path(smollm2), Path(before))
     finally:
         phase.save()
         phase.say("done")
