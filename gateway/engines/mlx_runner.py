@@ -33,7 +33,7 @@ from gateway.engines.prefix_disk import weights_fingerprint
 from gateway.engines.reasoning import ReplyFormat, opened_in
 from gateway.engines.reasoning_section import ReasoningSection
 from gateway.engines.runner import KVCache, PromptState
-from gateway.engines.stops import StopMatcher
+from gateway.engines.text_tail import TextTail
 from gateway.engines.tool_format import (
     generic_tool_messages,
     template_knows_tools,
@@ -55,7 +55,12 @@ QUANTIZED_CPU_CHUNK = 256
 
 
 class MLXGeneration:
-    """One running generation: iterate it for events; ``state`` is set once it has ended."""
+    """One running generation: iterate it for events; ``state`` is set once it has ended.
+
+    Its loop: the prompt's whole chunks (a point to pause or cancel after each), then the
+    tokens (the last partial chunk goes with the first token's pass), then the finish with
+    its usage; the cache it leaves behind is ``state``.
+    """
 
     def __init__(
         self,
@@ -64,17 +69,23 @@ class MLXGeneration:
         params: SamplingParams,
         state: PromptState | None,
         constraint: GrammarConstraint | None = None,
+        *,
+        continues_text: bool = False,
+        resumed: int = 0,
     ) -> None:
         self.prompt = list(prompt)
         self.cached_tokens = len(state.tokens) if state else 0
         self.state: PromptState | None = None
-        self.continues_text = False
-        self.resumed = 0  # completion tokens at the prompt's end (a failed-over generation)
+        self.continues_text = continues_text
+        self.resumed = resumed  # completion tokens at the prompt's end (a failed-over generation)
+        self._runner = runner
+        self._params = params
+        self._given_cache = state.cache if state else None
         self._cache: KVCache | None = None
+        self._generated: list[int] = []
         self._released_offset = 0  # > 0 while the cache is released: the tokens to recompute
-        self._events: Generator[BackendEvent, None, None] = runner._run(
-            self, params, state, constraint
-        )
+        self._speller = runner._token_speller() if params.logprobs is not None else None
+        self._events: Generator[BackendEvent, None, None] = self._run(constraint)
 
     def __iter__(self) -> Iterator[BackendEvent]:
         return self._events
@@ -102,6 +113,95 @@ class MLXGeneration:
             layer.keys = layer.values = None
             layer.offset = 0
         return True
+
+    def _run(self, constraint: GrammarConstraint | None) -> Generator[BackendEvent, None, None]:
+        runner, params, prompt = self._runner, self._params, self.prompt
+        given = self._given_cache
+        cache = self._cache = given if given is not None else runner.new_cache()
+        uncached = prompt[self.cached_tokens :]
+        # Whole chunks are prefilled first, so that a long prompt can be paused or cancelled
+        # between them; the last (partial) chunk goes with the first token's pass. The
+        # head's chunks are sized one by one (``prefill_pacer``), the tail's size by the
+        # chunk wanted now.
+        chunk = runner._chunk_tokens()
+        head = len(uncached) - (len(uncached) % chunk or chunk) if len(uncached) > chunk else 0
+        max_tokens = params.max_tokens or runner.context_length - len(prompt)
+        section = runner._reasoning_section(prompt, params, self.resumed)
+        steps = runner._sampled_tokens(
+            uncached[head:], cache, params, max_tokens, constraint, self.resumed, section
+        )
+        text = TextTail(
+            runner.tokenizer.detokenizer, params.stop, continues_text=self.continues_text
+        )
+        # Tokens generated elsewhere: their text was sent already.
+        text.replay(prompt[len(prompt) - self.resumed :])
+        try:
+            yield from self._prefill(uncached[:head])
+            yield from self._decode(steps, text, max_tokens)
+        finally:
+            steps.close()
+            # The cache holds every token fed so far (also when stopped mid-prefill); mlx-lm
+            # feeds each sampled token one step ahead, so after the prompt that is all or all
+            # but the last generated token.
+            offset = runner.cache_length(cache)
+            self.state = PromptState(cache, tuple((prompt + self._generated)[:offset]))
+
+    def _prefill(self, head: list[int]) -> Iterator[BackendEvent]:
+        assert self._cache is not None
+        for done in self._runner.prefill(head, self._cache):
+            yield PrefillProgress(self.cached_tokens + done)
+            self._restore_released_cache()
+
+    def _decode(
+        self, steps: Iterator[tuple[int, Any]], text: TextTail, max_tokens: int
+    ) -> Iterator[BackendEvent]:
+        generated, end_tokens = self._generated, self._runner.eos_token_ids
+        for token, logprobs in steps:
+            generated.append(token)
+            if token in end_tokens:
+                break
+            piece, stopped = text.add(token)
+            if stopped:
+                yield TokenEvent(piece, (token,), self._choices(token, logprobs))
+                yield self._finished("stop", text)
+                return
+            if len(generated) == max_tokens:
+                tail, stopped = text.end()
+                yield TokenEvent(piece + tail, (token,), self._choices(token, logprobs))
+                yield self._finished("stop" if stopped else "length", text)
+                return
+            # An event per token, even without text: each is a point where the scheduler
+            # may cancel or preempt the job.
+            yield TokenEvent(piece, (token,), self._choices(token, logprobs))
+            self._restore_released_cache()
+        tail, stopped = text.end()
+        if tail:
+            yield TokenEvent(tail)
+        hit_end = bool(generated) and generated[-1] in end_tokens
+        yield self._finished("stop" if stopped or hit_end else "length", text)
+
+    def _finished(self, reason: FinishReason, text: TextTail) -> Finished:
+        return Finished(
+            reason,
+            len(self.prompt) - self.resumed,
+            len(self._generated) + self.resumed,
+            self.cached_tokens,
+            text.matched,
+        )
+
+    def _choices(self, token: int, logprobs: Any) -> tuple[TokenChoice, ...]:
+        if self._speller is None:
+            return ()
+        return (self._speller.choice(token, logprobs, self._params.logprobs or 0),)
+
+    def _restore_released_cache(self) -> None:
+        """Recompute a released cache (``release_cache``) before the next pass uses it."""
+        if self._released_offset:
+            assert self._cache is not None
+            fed = (self.prompt + self._generated)[: self._released_offset]
+            for _done in self._runner.prefill(fed, self._cache):
+                pass
+            self._released_offset = 0
 
 
 class MLXRunner:
@@ -299,10 +399,9 @@ class MLXRunner:
     ) -> MLXGeneration:
         # The grammar is compiled now, so that a bad one fails before the job reports a start.
         constraint = self._constraint(params.grammar) if params.grammar else None
-        generation = MLXGeneration(self, prompt, params, state, constraint)
-        generation.continues_text = continues_text
-        generation.resumed = resumed
-        return generation
+        return MLXGeneration(
+            self, prompt, params, state, constraint, continues_text=continues_text, resumed=resumed
+        )
 
     def _token_speller(self) -> TokenSpeller:
         if self._speller is None:
@@ -317,109 +416,6 @@ class MLXRunner:
         return GrammarConstraint(
             self._llg_tokenizer, grammar, use_metal=self.compute.device == "metal"
         )
-
-    def _run(
-        self,
-        generation: MLXGeneration,
-        params: SamplingParams,
-        state: PromptState | None,
-        constraint: GrammarConstraint | None,
-    ) -> Generator[BackendEvent, None, None]:
-        prompt = generation.prompt
-        cache = state.cache if state else self.new_cache()
-        generation._cache = cache
-        generated: list[int] = []
-
-        def restore_released_cache() -> None:
-            if generation._released_offset:
-                fed = (prompt + generated)[: generation._released_offset]
-                for _done in self.prefill(fed, cache):
-                    pass
-                generation._released_offset = 0
-
-        uncached = prompt[generation.cached_tokens :]
-        # Whole chunks are prefilled first, so that a long prompt can be paused or cancelled
-        # between them; the last (partial) chunk goes with the first token's pass. The
-        # head's chunks are sized one by one (``prefill_pacer``), the tail's size by the
-        # chunk wanted now.
-        chunk = self._chunk_tokens()
-        head = len(uncached) - (len(uncached) % chunk or chunk) if len(uncached) > chunk else 0
-        max_tokens = params.max_tokens or self.context_length - len(prompt)
-        steps = self._sampled_tokens(
-            uncached[head:],
-            cache,
-            params,
-            max_tokens,
-            constraint,
-            generation.resumed,
-            self._reasoning_section(prompt, params, generation.resumed),
-        )
-        detokenizer = self.tokenizer.detokenizer
-        if generation.continues_text:
-            _keep_leading_space(detokenizer)
-        stops = StopMatcher(params.stop)
-        speller = self._token_speller() if params.logprobs is not None else None
-        resumed = generation.resumed
-        # Tokens generated elsewhere: their text was sent; the detokenizer and the stop
-        # matcher take them in, so that what follows is exactly the text that would have.
-        for token in prompt[len(prompt) - resumed :]:
-            detokenizer.add_token(token)
-            stops.feed(detokenizer.last_segment)
-
-        def finished(reason: FinishReason) -> Finished:
-            return Finished(
-                reason,
-                len(prompt) - resumed,
-                len(generated) + resumed,
-                generation.cached_tokens,
-                stops.matched,
-            )
-
-        def choices(token: int, logprobs: Any) -> tuple[TokenChoice, ...]:
-            if speller is None:
-                return ()
-            return (speller.choice(token, logprobs, params.logprobs or 0),)
-
-        def final_text() -> tuple[str, bool]:
-            detokenizer.finalize()
-            tail, stopped = stops.feed(detokenizer.last_segment)
-            return tail + ("" if stopped else stops.flush()), stopped
-
-        try:
-            for done in self.prefill(uncached[:head], cache):
-                yield PrefillProgress(generation.cached_tokens + done)
-                restore_released_cache()
-            for token, logprobs in steps:
-                generated.append(token)
-                if token in self.eos_token_ids:
-                    break
-                detokenizer.add_token(token)
-                text, stopped = stops.feed(detokenizer.last_segment)
-                if stopped:
-                    yield TokenEvent(text, (token,), choices(token, logprobs))
-                    yield finished("stop")
-                    return
-                if len(generated) == max_tokens:
-                    tail, stopped = final_text()
-                    yield TokenEvent(text + tail, (token,), choices(token, logprobs))
-                    yield finished("stop" if stopped else "length")
-                    return
-                # An event per token, even without text: each is a point where the
-                # scheduler may cancel or preempt the job.
-                yield TokenEvent(text, (token,), choices(token, logprobs))
-                restore_released_cache()
-            tail, stopped = final_text()
-            if tail:
-                yield TokenEvent(tail)
-            hit_eos = bool(generated) and generated[-1] in self.eos_token_ids
-            yield finished("stop" if stopped or hit_eos else "length")
-        finally:
-            steps.close()
-            # The cache holds every token fed so far (also when stopped mid-prefill); mlx-lm
-            # feeds each sampled token one step ahead, so after the prompt that is all or all
-            # but the last generated token.
-            offset = self.cache_length(cache)
-            generation.state = PromptState(cache, tuple((prompt + generated)[:offset]))
 
     def _reasoning_section(
         self, prompt: Sequence[int], params: SamplingParams, resumed: int
@@ -496,19 +492,6 @@ class MLXRunner:
                 yield int(token), step_logprobs
         finally:
             steps.close()
-
-
-def _keep_leading_space(detokenizer: Any) -> None:
-    """mlx-lm's streaming detokenizers drop the first token's leading space (a chat reply
-    does not begin with one); a raw text's continuation keeps it (" Paris" after "is")."""
-    from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, SPMStreamingDetokenizer
-
-    if isinstance(detokenizer, SPMStreamingDetokenizer):
-        detokenizer.trim_space = False
-    elif isinstance(detokenizer, BPEStreamingDetokenizer):
-        # It trims only while its text is empty: start it with one character, not emitted.
-        detokenizer.text = "\0"
-        detokenizer.offset = 1
 
 
 def mlx_memory() -> dict[str, int]:
