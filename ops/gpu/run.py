@@ -32,10 +32,10 @@ UNPACED = "unpaced:scheduler.token_flush_seconds=0"
 # MIN_LEFT of the budget is left for it. ``ceiling``: decode; ``versus``: TTFT.
 PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
     "decode": [
-        ("ceiling", "smollm2-bf16", ["--runs", "10", "--max-tokens", "512", "--rows", "plain",
+        ("ceiling", "smollm2-bf16", ["--runs", "9", "--max-tokens", "512", "--rows", "plain",
                                      "--baseline", "{before}", "--variant", UNPACED,
                                      "--engine-row", "--versus-server", "--profile-dir", "{profiles}"]),
-        ("ceiling", "llama-1b-bf16", ["--runs", "10", "--max-tokens", "512", "--rows", "plain",
+        ("ceiling", "llama-1b-bf16", ["--runs", "9", "--max-tokens", "512", "--rows", "plain",
                                       "--baseline", "{before}", "--variant", UNPACED,
                                       "--engine-row", "--versus-server", "--profile-dir", "{profiles}"]),
     ],
