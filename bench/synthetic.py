@@ -68,6 +68,9 @@ class SyntheticSpec:
     extra_special_tokens: Sequence[str] = ()
     chat_template: str | None = None  # None: the tokenizer's own (ChatML for SmolLM2)
     overrides: dict[str, Any] = field(default_factory=dict)
+    # Also write model.safetensors.index.json (mlx_lm.convert's layout; pipeline sharding
+    # reads it to find each rank's layers).
+    weight_index: bool = False
 
     def config(self, vocab_size: int) -> dict[str, Any]:
         if self.architecture not in SHAPES:
@@ -148,6 +151,9 @@ def build_synthetic(spec: SyntheticSpec, out: Path, tokenizer_from: Path | None 
     weights = dict(tree_flatten(model.parameters()))
     mx.eval(weights)
     mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
+    if spec.weight_index:
+        index = {"metadata": {}, "weight_map": dict.fromkeys(sorted(weights), "model.safetensors")}
+        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
     config.pop("quantization_config", None)
     if "quantization" in config:
         config["quantization"] = {

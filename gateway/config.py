@@ -143,10 +143,81 @@ class ResponsesSettings(_Section):
     )
 
 
-class TierSettings(_Section):
-    """One tier: a local model (``kind = "mlx"``) or an OpenAI-compatible upstream."""
+class ClusterHostSettings(_Section):
+    """One host of a distributed tier, as in ``mlx.launch``'s hostfile."""
 
-    kind: Literal["mlx", "openai"] = "mlx"
+    ssh: str = Field(description="How ssh reaches it; '127.0.0.1' for this machine (no ssh).")
+    ips: list[str] = Field(
+        default_factory=list, description="Addresses the ranks connect over (ring, JACCL)."
+    )
+    rdma: list[str | None] = Field(
+        default_factory=list, description="JACCL: the RDMA device towards each rank (null: self)."
+    )
+
+
+class ClusterSettings(_Section):
+    """``[tiers.NAME.cluster]`` of a tier of kind ``mlx-distributed``: the hosts ``mlx.launch``
+    runs ``mlx_lm.server`` on. Rank 0 (the first host) is this machine and serves the gateway
+    on 127.0.0.1; the model folder and the Python environment have the same paths on every
+    host."""
+
+    hosts: list[str | ClusterHostSettings] = Field(
+        default_factory=list,
+        description="One entry per rank, rank 0 first (this machine): an IP address, or "
+        "{ssh, ips, rdma} as in mlx.launch's hostfile.",
+    )
+    hostfile: Path | None = Field(
+        None,
+        description="Instead of hosts: an mlx.launch hostfile (JSON, e.g. written by "
+        "mlx.distributed_config), relative to the config file.",
+    )
+    backend: Literal["ring", "jaccl", "jaccl-ring", "mpi"] = Field(
+        "ring", description="MLX's distributed backend: jaccl over Thunderbolt 5 (RDMA)."
+    )
+    sharding: Literal["pipeline", "tensor"] = Field(
+        "pipeline",
+        description="pipeline: each rank holds a run of layers (mlx_lm.server --pipeline); "
+        "tensor: each layer's matrices are split over the ranks.",
+    )
+    port: int | None = Field(
+        None, ge=1, le=65535, description="Rank 0's HTTP port on 127.0.0.1 (default: a free one)."
+    )
+    starting_port: int | None = Field(
+        None, ge=1, le=65535, description="The ranks' first port (default: free ones each start)."
+    )
+    python: str | None = Field(
+        None, description="The interpreter on every host (default: the gateway's own)."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment variables for every rank."
+    )
+    server_args: list[str] = Field(
+        default_factory=list,
+        description="More mlx_lm.server flags, e.g. ['--prompt-cache-size', '4'].",
+    )
+    start_timeout_seconds: float = Field(
+        600.0, gt=0, description="From launch until rank 0's first token (loading included)."
+    )
+    wait_ready_seconds: float = Field(
+        60.0, ge=0, description="A request waits this long for a starting cluster, then 503."
+    )
+    max_restarts: int = Field(
+        5, ge=0, description="Relaunches within restart_window_seconds before giving up."
+    )
+    restart_window_seconds: float = Field(600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSettings:
+        if bool(self.hosts) == (self.hostfile is not None):
+            raise ValueError("a cluster needs hosts or hostfile (one of them)")
+        return self
+
+
+class TierSettings(_Section):
+    """One tier: a local model (``kind = "mlx"``), an OpenAI-compatible upstream, or a model
+    sharded over several Macs by MLX's own distributed engine (``kind = "mlx-distributed"``)."""
+
+    kind: Literal["mlx", "openai", "mlx-distributed"] = "mlx"
     model: str = Field(
         description="mlx: a model reference (gateway.modelstore.sources): a known id, a folder "
         "or .gguf path (relative to this file's folder), hf:org/name[@revision][:file], "
@@ -197,6 +268,9 @@ class TierSettings(_Section):
     context_length: int | None = Field(
         None, ge=1, description="openai: the upstream's context, if you want it checked here."
     )
+    cluster: ClusterSettings | None = Field(
+        None, description="mlx-distributed: the hosts, backend and sharding (ClusterSettings)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TierSettings:
@@ -214,6 +288,8 @@ class TierSettings(_Section):
                 raise ValueError(f"base_url must start with http:// or https://: {self.base_url}")
         elif self.base_url:
             raise ValueError("base_url is only for tiers of kind 'openai'")
+        elif (self.kind == "mlx-distributed") != (self.cluster is not None):
+            raise ValueError("a [cluster] section goes with kind 'mlx-distributed', and only there")
         else:
             parse_model_ref(self.model)  # the syntax now; whether it exists, at start
         return self
@@ -326,7 +402,15 @@ def _anchor_model_paths(data: dict[str, Any], base: Path) -> None:
     moved: dict[str, str] = {}
     tiers = data.get("tiers")
     tables = tiers.values() if isinstance(tiers, dict) else []
-    entries = [t for t in tables if isinstance(t, dict) and t.get("kind", "mlx") == "mlx"]
+    local = ("mlx", "mlx-distributed")
+    entries = [t for t in tables if isinstance(t, dict) and t.get("kind", "mlx") in local]
+    for entry in entries:
+        cluster = entry.get("cluster")
+        if not isinstance(cluster, dict):
+            continue
+        hostfile = cluster.get("hostfile")
+        if isinstance(hostfile, str) and not Path(hostfile).expanduser().is_absolute():
+            cluster["hostfile"] = str(base / Path(hostfile).expanduser())
     for holder, key in [*((t, "model") for t in entries), (data, "default_model")]:
         value = holder.get(key)
         if isinstance(value, str) and is_relative_path(value):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
@@ -183,6 +183,20 @@ class GatewayMetrics:
             "gateway_upstream_errors",
             "Failures of upstream servers by tier and kind (timeout, transport, http_5xx...).",
             ["tier", "error"],
+            registry=r,
+        )
+        # Distributed tiers (gateway.engines.distributed): mlx.launch clusters the gateway runs.
+        self.cluster_state = Enum(
+            "gateway_cluster_state",
+            "A distributed tier's cluster: starting, ready, restarting, failed or stopped.",
+            ["tier"],
+            states=["starting", "ready", "restarting", "failed", "stopped"],
+            registry=r,
+        )
+        self.cluster_restarts = Counter(
+            "gateway_cluster_restarts",
+            "Relaunches of a distributed tier's cluster after it died or never became ready.",
+            ["tier"],
             registry=r,
         )
         # Speculative first tokens (no counterpart: nobody else sees the draft).

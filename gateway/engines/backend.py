@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 ChatMessage = dict[str, Any]
 FinishReason = Literal["stop", "length"]
-BackendKind = Literal["mlx", "openai", "peer"]
+BackendKind = Literal["mlx", "openai", "mlx-distributed", "peer"]
 
 
 class Priority(IntEnum):
@@ -246,6 +246,8 @@ class BackendHealth:
     detail: str | None = None
     # Local tiers: how the weights are held ({"mode", "bytes", "reason"}, gateway.engines.weights).
     weights: dict[str, Any] | None = None
+    # Distributed tiers: the cluster's ranks, hosts, state and restarts (gateway.engines.distributed).
+    cluster: dict[str, Any] | None = None
 
 
 class Backend(Protocol):

@@ -508,7 +508,7 @@ class Model(BaseModel):
     created: int
     owned_by: str = "onemac-gateway"
     tier: str = Field(description="(gateway extension) The tier this name resolves to.")
-    kind: Literal["mlx", "openai", "peer"] = Field(
+    kind: Literal["mlx", "openai", "mlx-distributed", "peer"] = Field(
         description="(gateway extension) The tier's backend kind."
     )
     loaded: bool = Field(

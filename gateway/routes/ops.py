@@ -43,6 +43,7 @@ class OpsController(Controller):
                     "loaded": state.loaded,
                     "memory_bytes": state.memory_bytes,
                     **({"weights": state.weights} if state.weights else {}),
+                    **({"cluster": state.cluster} if state.cluster else {}),
                     **({"detail": state.detail} if state.detail else {}),
                 }
                 for name, state in states.items()

@@ -1,0 +1,128 @@
+"""The backend of a tier of kind ``mlx-distributed``: the OpenAI-upstream backend in front of
+rank 0, opened only while the supervisor says the cluster is ready.
+
+Everything a request sees once it runs is the upstream backend's contract (streaming, usage,
+cancellation, 4xx passed through, 502/504, an error event when a rank dies mid-stream). Before
+it runs, a request waits up to ``wait_ready`` seconds for a cluster that is starting or
+restarting, then gets a 503; a cluster that has given up is a 503 at once, with its reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Sequence
+
+from gateway.engines.backend import (
+    BackendEvent,
+    BackendHealth,
+    BackendKind,
+    ChatMessage,
+    GenerationRequest,
+    Prompt,
+    TextPrompt,
+    ToolSpec,
+)
+from gateway.engines.distributed.supervisor import ClusterState, ClusterSupervisor, StateListener
+from gateway.engines.upstream import OpenAIUpstreamBackend
+from gateway.errors import ServiceUnavailableError
+from gateway.metrics import GatewayMetrics
+
+STATES: tuple[ClusterState, ...] = ("starting", "ready", "restarting", "failed", "stopped")
+
+
+class ClusterUnavailableError(ServiceUnavailableError):
+    code = "cluster_unavailable"
+
+    def __init__(self, message: str, retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def metrics_listener(metrics: GatewayMetrics, tier: str) -> StateListener:
+    """The cluster's state and restarts, into their metric families."""
+    state = metrics.cluster_state.labels(tier)
+    restarts = metrics.cluster_restarts.labels(tier)
+
+    def changed(new: ClusterState, reason: str | None) -> None:
+        state.state(new)
+        if new == "restarting":
+            restarts.inc()
+
+    return changed
+
+
+class DistributedBackend:
+    """One tier of kind ``mlx-distributed``."""
+
+    kind: BackendKind = "mlx-distributed"
+    vocab_size = None
+
+    def __init__(
+        self,
+        tier: str,
+        model_id: str,
+        supervisor: ClusterSupervisor,
+        upstream: OpenAIUpstreamBackend,
+        wait_ready: float = 60.0,
+    ) -> None:
+        self.tier = tier
+        self.model_id = model_id
+        self.supervisor = supervisor
+        self.upstream = upstream
+        self.capabilities = upstream.capabilities
+        self.wait_ready = wait_ready
+
+    @property
+    def context_length(self) -> int | None:
+        return self.upstream.context_length
+
+    async def render(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        thinking: bool | None = None,
+    ) -> Prompt:
+        return await self.upstream.render(messages, tools, thinking)
+
+    async def render_text(self, prompt: TextPrompt) -> Prompt:
+        return await self.upstream.render_text(prompt)
+
+    async def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
+        await self._until_ready()
+        async for event in self.upstream.generate(request):
+            yield event
+
+    async def _until_ready(self) -> None:
+        cluster = self.supervisor
+        if await cluster.wait_ready(self.wait_ready):
+            return
+        if cluster.state == "failed":
+            raise ClusterUnavailableError(
+                f"tier {self.tier!r}: its cluster stopped restarting ({cluster.reason}); "
+                "see /health and its log",
+                retry_after=60,
+            )
+        raise ClusterUnavailableError(
+            f"tier {self.tier!r}: its cluster is {cluster.state} "
+            f"({cluster.reason or 'loading the model on every rank'}); retry shortly"
+        )
+
+    async def abort(self, request_id: str) -> bool:
+        return await self.upstream.abort(request_id)
+
+    async def health(self) -> BackendHealth:
+        cluster = self.supervisor
+        return BackendHealth(
+            kind=self.kind,
+            model=self.model_id,
+            loaded=cluster.state == "ready",
+            state=cluster.state,
+            detail=cluster.reason,
+            cluster=cluster.describe(),
+        )
+
+    def start(self) -> None:
+        self.supervisor.start()
+
+    async def close(self) -> None:
+        await self.supervisor.stop()
+        await self.upstream.close()
