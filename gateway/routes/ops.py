@@ -9,6 +9,7 @@ from litestar.di import NamedDependency
 
 from gateway.engines.device import ComputePath
 from gateway.engines.residency import LocalModels
+from gateway.errors import ServiceUnavailableError
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.peers.nodes import Peers
 from gateway.routes.models import tier_health
@@ -30,6 +31,8 @@ class OpsController(Controller):
         tasks: NamedDependency[TaskService],
         peers: NamedDependency[Peers | None],
     ) -> dict[str, Any]:
+        if not scheduler.alive:  # no request would be served: a supervisor should restart us
+            raise ServiceUnavailableError("the inference slot's dispatcher has stopped")
         states = await tier_health(registry)
         return {
             "status": "ok",

@@ -40,6 +40,7 @@ Clock = Callable[[], float]
 
 __all__ = ["Scheduler", "SchedulerConfig"]
 HINT_LANE = "hint"  # the hint queue's label (metrics, snapshot)
+_DEAD = "the inference slot's dispatcher has stopped; restart the gateway"
 
 
 class _SliceEnd:
@@ -79,6 +80,12 @@ class Scheduler:
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.create_task(self._dispatch(), name="scheduler")
 
+    @property
+    def alive(self) -> bool:
+        """Whether the dispatcher runs: started, not stopped, not dead of an error. Without
+        it no job leaves its queue again, so ``/health`` answers 503."""
+        return self._task is not None and not self._task.done()
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
@@ -104,6 +111,7 @@ class Scheduler:
     def submit(self, spec: JobSpec) -> JobHandle:
         """Queue the job ``spec`` describes; raises QueueFullError (429) when its class's
         queue is full."""
+        self._refuse_when_dead()
         queue = self.queues[spec.priority]
         limit = self.config.max_queued[spec.priority]
         if len(queue) >= limit:
@@ -126,6 +134,7 @@ class Scheduler:
         ``max_queued_hints`` the oldest waiting hint is dropped: hints are advice, the
         newest is the best advice, and none of them may crowd out a request.
         """
+        self._refuse_when_dead()
         room = policy.hint_room(self.hint_queue, session, self.config.max_queued_hints)
         for old in room.replaced:
             self._withdraw(old)
@@ -253,20 +262,43 @@ class Scheduler:
             )
 
     async def _dispatch(self) -> None:
-        while True:
-            self._wakeup.clear()
-            now = self.clock()
-            self._expire_waiting(now)
-            job = policy.pick(self._all_queues(), self.gates, now, self.config.ageing_after)
-            self._publish_gauges()
-            if job is None:
-                deadline = policy.next_deadline(self._all_queues(), self.gates, now, self.config)
-                timeout = None if deadline is None else max(0.0, deadline - self.clock())
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), timeout)
-                continue
-            self._queue_of(job).remove(job)
-            await self._run(job)
+        job: Job | None = None
+        try:
+            while True:
+                job = None
+                self._wakeup.clear()
+                now = self.clock()
+                self._expire_waiting(now)
+                job = policy.pick(self._all_queues(), self.gates, now, self.config.ageing_after)
+                self._publish_gauges()
+                if job is None:
+                    deadline = policy.next_deadline(
+                        self._all_queues(), self.gates, now, self.config
+                    )
+                    timeout = None if deadline is None else max(0.0, deadline - self.clock())
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wakeup.wait(), timeout)
+                    continue
+                self._queue_of(job).remove(job)
+                await self._run(job)
+        except Exception as exc:  # a bug: say so (log, /health, callers) rather than hang
+            self._died(exc, job)
+
+    def _died(self, exc: Exception, job: Job | None) -> None:
+        """The dispatcher ended on an error: every job it holds fails with a 503, and from
+        now on ``alive`` is False and a submit is refused."""
+        log.critical("the scheduler's dispatcher died; no job will run again", exc_info=exc)
+        error = ServiceUnavailableError(_DEAD)
+        self.running = None
+        if job is not None and not job.finished:
+            self._finish(job, JobState.FAILED, error)
+        for queue in self._all_queues():
+            while queue:
+                self._finish(queue.popleft(), JobState.FAILED, error)
+
+    def _refuse_when_dead(self) -> None:
+        if self._task is not None and self._task.done():
+            raise ServiceUnavailableError(_DEAD)
 
     async def _run(self, job: Job) -> None:
         assert self.running is None, "two jobs in the slot"

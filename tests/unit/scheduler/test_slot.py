@@ -343,3 +343,29 @@ async def test_any_job_cancels_a_running_speculation(scheduler: Scheduler) -> No
     assert time.monotonic() - arrived < 0.1
     await background.wait()
     assert background.state is JobState.DONE
+
+
+async def test_a_dead_dispatcher_says_so_and_fails_its_jobs_instead_of_hanging() -> None:
+    metrics = GatewayMetrics()
+
+    def broken() -> None:
+        raise RuntimeError("a bug in the slot's own code")
+
+    metrics.slot_taken = broken  # type: ignore[method-assign]
+    scheduler = Scheduler(SchedulerConfig(max_queued={p: 8 for p in Priority}), metrics)
+    assert not scheduler.alive  # not started yet
+    await scheduler.start()
+    assert scheduler.alive
+    engine = FakeEngine()
+    first = scheduler.submit(JobSpec(Priority.USER, engine.work("first", steps=1)))
+    queued = scheduler.submit(JobSpec(Priority.TASK, engine.work("queued", steps=1)))
+    for job in (first, queued):
+        with pytest.raises(ServiceUnavailableError, match="dispatcher has stopped"):
+            await asyncio.wait_for(job.wait(), 2)
+    assert not scheduler.alive
+    assert engine.started == []
+    with pytest.raises(ServiceUnavailableError):
+        scheduler.submit(JobSpec(Priority.USER, engine.work("late", steps=1)))
+    with pytest.raises(ServiceUnavailableError):
+        scheduler.submit_hint(JobSpec(Priority.USER, engine.work("hint", steps=1)), "s")
+    await scheduler.stop()  # still stops cleanly
