@@ -41,6 +41,7 @@ from gateway.modelstore.footprint import model_bytes
 from gateway.modelstore.sources import ResolvedModel, parse_model_ref, resolve
 from gateway.modelstore.store import KNOWN_MODELS, ModelStore
 from gateway.peers.dispatch import Dispatcher, dispatch_to_peers
+from gateway.peers.discovery import Discovery, start_discovery
 from gateway.peers.inbox import PeerInbox
 from gateway.peers.nodes import Peers
 from gateway.peers.signing import RequestVerifier
@@ -325,6 +326,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
         )
         await local_models.start()
         backends: list[Backend] = []
+        discovery: Discovery | None = None
         stored_responses = response_store(settings)
         try:
             await stored_responses.open()
@@ -370,7 +372,7 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             catalog = TaskCatalog.load([BUILTIN_PROMPTS, *settings.task_folders])
             peers = None
             peer_settings = settings.peers
-            if peer_settings.secret and peer_settings.nodes:
+            if peer_settings.secret and (peer_settings.nodes or peer_settings.discover):
                 peers = Peers(peer_settings, catalog.hash, metrics)
                 await peers.start()
                 registry = dispatch_to_peers(registry, Dispatcher(peers, scheduler, metrics))
@@ -386,13 +388,14 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
             responses = ResponsesService(chat, stored_responses)
             typing.stored_conversation = responses.stored_conversation
             peer_inbox = None
+            node_id = peer_settings.node_id or f"{socket.gethostname()}:{settings.port}"
             if peer_settings.secret:
                 peer_inbox = PeerInbox(
                     RequestVerifier(peer_settings.secret, peer_settings.replay_window_seconds),
                     tasks,
                     scheduler,
                     metrics,
-                    node_id=peer_settings.node_id or f"{socket.gethostname()}:{settings.port}",
+                    node_id=node_id,
                     version=GATEWAY_VERSION,
                 )
             app.state.services = Services(
@@ -414,9 +417,12 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
                 peer_inbox=peer_inbox,
                 embeddings=EmbeddingsService(registry, metrics),
             )
+            discovery = await start_discovery(settings, peers, node_id, catalog.hash)
             log.info("gateway ready: models %s", ", ".join(registry.names()))
             yield
         finally:
+            if discovery is not None:
+                await discovery.stop()
             services = getattr(app.state, "services", None)
             if services is not None and services.peers is not None:
                 await services.peers.stop()

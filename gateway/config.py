@@ -7,6 +7,7 @@ environment variables (``GATEWAY_HOST``, ``GATEWAY_PORT``, ``GATEWAY_CACHE_DIR``
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -84,7 +85,21 @@ class PeerSettings(_Section):
         default_factory=list, description="Base URLs of peers, e.g. http://192.168.1.20:8000."
     )
     discover: bool = Field(
-        False, description="Find peers on the LAN with mDNS (not built yet: must be false)."
+        False,
+        description="Advertise this node and find peers on the LAN with mDNS "
+        "(_onemac-gateway._tcp); merged with nodes, which win. Needs secret and a host other "
+        "than loopback (or loopback discover_interfaces, for a test on one machine).",
+    )
+    discover_interfaces: list[str] = Field(
+        default_factory=list,
+        description="IPv4 addresses to advertise and browse on (default: host's, or every LAN "
+        "address when host is 0.0.0.0). Loopback only when listed here (one machine, tests).",
+    )
+    discover_ttl_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="TTL of this node's advertisement: a discovered peer that stops answering "
+        "is dropped after its TTL.",
     )
     node_id: str | None = Field(None, description="This node's name (default: host:port).")
     heartbeat_seconds: float = Field(2.0, gt=0, description="How often peers are asked hello.")
@@ -97,8 +112,18 @@ class PeerSettings(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> PeerSettings:
-        if self.discover:
-            raise ValueError("peers.discover (mDNS) is not available yet; list peers in nodes")
+        if self.discover and not self.secret:
+            raise ValueError(
+                "peers.discover needs peers.secret (or GATEWAY_PEER_SECRET): a discovered peer "
+                "is trusted only through requests signed with it"
+            )
+        for address in self.discover_interfaces:
+            try:
+                ipaddress.IPv4Address(address)
+            except ValueError:
+                raise ValueError(
+                    f"peers.discover_interfaces: {address!r} is not an IPv4 address"
+                ) from None
         if self.nodes and not self.secret:
             raise ValueError("peers.nodes needs peers.secret (or GATEWAY_PEER_SECRET)")
         return self
@@ -385,7 +410,22 @@ class Settings(_Section):
                 raise ValueError(
                     f"alias {alias!r} points to {target!r}, which is neither a tier nor a model"
                 )
+        self._check_discovery()
         return self
+
+    def _check_discovery(self) -> None:
+        """Never advertise a gateway that listens on loopback only: LAN peers could not reach
+        it. Loopback discovery is for one machine (tests) and must be asked for by address."""
+        peers = self.peers
+        if not peers.discover or self.host not in LOOPBACK_HOSTS:
+            return
+        interfaces = peers.discover_interfaces
+        if not interfaces or not all(ipaddress.ip_address(a).is_loopback for a in interfaces):
+            raise ValueError(
+                f"peers.discover: the gateway listens on {self.host} only, so LAN peers could "
+                "not reach it; bind a LAN address (host, which needs api_key), or set "
+                'peers.discover_interfaces = ["127.0.0.1"] to discover on this machine only'
+            )
 
     @property
     def exposed(self) -> bool:

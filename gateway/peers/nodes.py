@@ -3,7 +3,10 @@
 A peer is ``up`` when it answers ``GET /v1/peer/hello`` with the same protocol version and
 the same task definitions (``tasks_hash``: the peer builds the prompt itself, so both nodes
 must build the same one); ``incompatible`` when it answers with others (logged once, shown in
-``/health``); ``down`` when it does not answer. Tickets go over HTTP with streamed
+``/health``); ``down`` when it does not answer. Peers are listed (``nodes``) or found on the LAN
+(``discovery``, mDNS): ``offer`` merges an advertised peer with the listed ones (a listed one
+wins), refuses one with other task definitions or another protocol before asking it anything,
+and a discovered peer silent for its advertised TTL is dropped. Tickets go over HTTP with streamed
 Server-Sent Events (httpx, the card's client library): one request per ticket fits
 request/response work, and closing the stream is how a cancellation crosses the wire.
 """
@@ -11,6 +14,7 @@ request/response work, and closing the stream is how a cancellation crosses the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -24,6 +28,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from gateway.config import PeerSettings
 from gateway.metrics import GatewayMetrics
+from gateway.peers.adverts import SERVICE_TYPE, Advert
 from gateway.peers.signing import NONCE, ResponseSigner, sign
 from gateway.protocol.peer import PROTOCOL_VERSION, Hello, Ticket, TicketEvent
 
@@ -54,6 +59,9 @@ class PeerNode:
     in_flight: int = 0  # tickets this node has sent it and not finished
     busy_until: float = 0.0  # it refused a ticket: not asked again before its next heartbeat
     last_seen: float | None = None
+    source: str = "listed"  # listed | discovered
+    advert: Advert | None = None  # a discovered peer's advertisement
+    down_since: float | None = None  # silent since (heartbeats unanswered)
 
     def can_run(self, task_type: str, model_id: str) -> bool:
         """Up, compatible, and runs this task on the same model."""
@@ -79,6 +87,8 @@ class PeerNode:
         hello = self.hello
         return {
             "url": self.url,
+            "source": self.source,
+            **({"advertised_as": self.advert.name} if self.advert else {}),
             "state": self.state,
             "detail": self.detail,
             "node_id": hello.node_id if hello else None,
@@ -100,6 +110,9 @@ class Peers:
     nodes: list[PeerNode] = field(default_factory=list)
     # Set whenever a seat may have freed (a heartbeat, a ticket's end): dispatch re-checks.
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # Discovery: adverts refused (by service name), and what this node advertises itself.
+    refused: dict[str, dict[str, str]] = field(default_factory=dict)
+    advertised: dict[str, Any] | None = None
 
     # For tests: where requests go instead of the network.
     transport: httpx.AsyncBaseTransport | None = None
@@ -116,7 +129,7 @@ class Peers:
             trust_env=False,
             transport=self.transport,
         )
-        if self.nodes:
+        if self.nodes or self.settings.discover:
             self._heartbeat = asyncio.create_task(self._heartbeats())
 
     async def stop(self) -> None:
@@ -129,7 +142,8 @@ class Peers:
 
     async def _heartbeats(self) -> None:
         while True:
-            await asyncio.gather(*(self.say_hello(node) for node in self.nodes))
+            await asyncio.gather(*(self.say_hello(node) for node in list(self.nodes)))
+            self._forget_discovered(time.monotonic())
             self.changed.set()
             await asyncio.sleep(self.settings.heartbeat_seconds)
 
@@ -163,6 +177,10 @@ class Peers:
             self._set_state(node, "up", None)
 
     def _set_state(self, node: PeerNode, state: str, detail: str | None) -> None:
+        if state != "down":
+            node.down_since = None
+        elif node.down_since is None:
+            node.down_since = time.monotonic()
         if state != node.state:
             level = logging.INFO if state == "up" else logging.WARNING
             log.log(level, "peer %s is %s%s", node.url, state, f": {detail}" if detail else "")
@@ -189,6 +207,91 @@ class Peers:
 
     def describe(self) -> list[dict[str, Any]]:
         return [node.describe() for node in self.nodes]
+
+    # -- discovered peers ------------------------------------------------------------------------
+
+    def offer(self, advert: Advert) -> str:
+        """Merge an advertised peer with the known ones: ``used``; ``listed`` (a listed node
+        is the same peer, by address or name: the listed one wins); or ``refused`` (other task
+        definitions or another protocol: it would build other prompts, so it is never asked)."""
+        reason = self._refusal(advert)
+        if reason is not None:
+            if self.refused.get(advert.name, {}).get("reason") != reason:
+                log.warning("discovered peer %s at %s refused: %s", advert.node, advert.url, reason)
+                self.metrics.peer_failures.labels(advert.url, "incompatible").inc()
+            self.refused[advert.name] = {"name": advert.node, "url": advert.url, "reason": reason}
+            self._drop_discovered(advert.name)
+            return "refused"
+        self.refused.pop(advert.name, None)
+        if self._listed(advert):
+            self._drop_discovered(advert.name)
+            return "listed"
+        node = next((n for n in self.nodes if n.advert and n.advert.name == advert.name), None)
+        if node is None or node.url != advert.url:
+            self._drop_discovered(advert.name)
+            node = PeerNode(advert.url, source="discovered")
+            self.nodes.append(node)
+            log.info("peer %s discovered at %s", advert.node, advert.url)
+        node.advert = advert
+        self._count_discovered()
+        return "used"
+
+    def withdraw(self, name: str) -> None:
+        """The advert ``name`` said goodbye (or its records expired): forget it."""
+        self.refused.pop(name, None)
+        self._drop_discovered(name)
+
+    def discovery(self) -> dict[str, Any]:
+        """For ``/health``: what this node advertises, and the adverts it refused."""
+        return {
+            "service": SERVICE_TYPE,
+            "advertised": self.advertised,
+            "refused": list(self.refused.values()),
+        }
+
+    def _refusal(self, advert: Advert) -> str | None:
+        if advert.api != PROTOCOL_VERSION:
+            return f"peer protocol {advert.api}, ours {PROTOCOL_VERSION}"
+        if advert.tasks_hash != self.tasks_hash:
+            return (
+                f"task definitions differ (tasks_hash {advert.tasks_hash[:12]}, ours "
+                f"{self.tasks_hash[:12]}): it would build other prompts"
+            )
+        return None
+
+    def _listed(self, advert: Advert) -> bool:
+        return any(
+            node.source == "listed"
+            and (node.url == advert.url or (node.hello and node.hello.node_id == advert.node))
+            for node in self.nodes
+        )
+
+    def _forget_discovered(self, now: float) -> None:
+        """Drop discovered peers silent for their advertised TTL, and any a listed node turned
+        out to be (its hello gave the same name): the listed one wins."""
+        for node in list(self.nodes):
+            advert = node.advert
+            if advert is None:
+                continue
+            silent = node.down_since is not None and now - node.down_since >= advert.ttl_seconds
+            if silent or self._listed(advert):
+                if silent:
+                    log.warning("peer %s at %s silent for its TTL: dropped", advert.node, node.url)
+                self._drop_discovered(advert.name)
+
+    def _drop_discovered(self, name: str) -> None:
+        for node in [n for n in self.nodes if n.advert and n.advert.name == name]:
+            self.nodes.remove(node)
+            if not any(n.url == node.url for n in self.nodes):
+                with contextlib.suppress(KeyError):  # never heard from: no gauge yet
+                    self.metrics.peer_up.remove(node.url)
+        self._count_discovered()
+        self.changed.set()
+
+    def _count_discovered(self) -> None:
+        used = sum(1 for node in self.nodes if node.source == "discovered")
+        self.metrics.peers_discovered.labels("used").set(used)
+        self.metrics.peers_discovered.labels("refused").set(len(self.refused))
 
     # -- tickets ---------------------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ class OpsController(Controller):
             "slot_busy": scheduler.running is not None,
             "memory": local_models.memory(),
             "peers": peers.describe() if peers is not None else [],
+            **({"discovery": peers.discovery()} if peers and peers.settings.discover else {}),
         }
 
     @get("/metrics", summary="Prometheus metrics", media_type=CONTENT_TYPE)
