@@ -30,7 +30,7 @@ def configured_models(settings: Settings) -> dict[str, str]:
 def check_model_sources(settings: Settings) -> None:
     """Every local tier's model is on disk (nothing is downloaded at serve time): raises
     ModelNotFoundError at once, before anything is loaded or imported."""
-    from gateway.modelstore.footprint import model_bytes
+    from gateway.engines.footprint import model_bytes
     from gateway.modelstore.sources import locate, parse_model_ref
     from gateway.modelstore.store import KNOWN_MODELS, ModelStore, is_installed
 

@@ -240,7 +240,7 @@ def measure_logits(cases: list[Case], settings: Any, compute: Any) -> None:
     from bench.synthetic_gguf import reference_weights
     from gateway.app import resolve_model
     from gateway.engines.weights import choose_weights, load_model
-    from gateway.modelstore.footprint import model_bytes
+    from gateway.engines.footprint import model_bytes
 
     references: dict[tuple[str, str], tuple[Any, Any]] = {}
     expected_ids: list[int] | None = None

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from gateway.engines.device import ComputePath
-from gateway.modelstore.footprint import ModelBytes
+from gateway.engines.footprint import ModelBytes
 
 if TYPE_CHECKING:
     from gateway.engines.experts.plan import ExpertPlan, StreamedExperts

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from gateway.engines.device import ComputePath
+from gateway.engines.footprint import ModelBytes, model_bytes, tensor_shapes
 from gateway.engines.weights import WeightsPreference, choose_weights
 from gateway.errors import GatewayError
 from gateway.modelstore import hf_cache, lmstudio, ollama
-from gateway.modelstore.footprint import ModelBytes, model_bytes, tensor_shapes
 from gateway.modelstore.sources import (
     LocatedModel,
     gguf_files,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gateway.engines.model_files import logits_are_finite
 from gateway.errors import ModelImportError
 from gateway.modelstore.gguf.convert import ProgressCallback
 from gateway.modelstore.transcript import TRANSCRIPT_STOP, TRANSCRIPT_TEMPLATE
@@ -316,16 +317,5 @@ def is_installed(distribution: str) -> bool:
 
 
 def _verify(folder: Path) -> None:
-    import mlx.core as mx
-    from mlx_lm import load
-
-    loaded = load(str(folder))
-    model, tokenizer = loaded[0], loaded[1]
-    if mx.default_device().type == mx.DeviceType.cpu:
-        # MLX's CPU gather_mm (MoE experts) takes float32 only: a float16 or bfloat16 MoE
-        # would fail here though it serves fine (float32 activations on a CPU).
-        model.set_dtype(mx.float32)
-    tokens = tokenizer.encode("The capital of France is")
-    logits = model(mx.array(tokens)[None])
-    if not bool(mx.all(mx.isfinite(logits)).item()):
+    if not logits_are_finite(folder, "The capital of France is"):
         raise ModelImportError(f"imported model in {folder} produces non-finite logits")

@@ -309,7 +309,7 @@ def ask(gateway: RunningGateway, tier: str) -> str:
 
 def test_budget_for_one_model_keep_alive_unloads_and_reloads(tmp_path: Path) -> None:
     from gateway.engines.device import choose_compute_path
-    from gateway.modelstore.footprint import model_bytes
+    from gateway.engines.footprint import model_bytes
 
     # The weight form is fixed here: under "auto" a budget this small would make the gateway
     # keep the larger model quantized (gateway.engines.weights), and both would fit.

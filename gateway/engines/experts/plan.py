@@ -18,8 +18,8 @@ from typing import Any
 from gateway.engines.device import ComputePath
 from gateway.engines.experts.policy import PolicyName
 from gateway.engines.experts.stats import ExpertStats
+from gateway.engines.footprint import ModelBytes, bytes_of, tensor_shapes
 from gateway.engines.weights import WeightsChoice, WeightsPreference, choose_weights
-from gateway.modelstore.footprint import ModelBytes, bytes_of, tensor_shapes
 
 _EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 # mlx-lm's names for the stacked expert modules (SwitchGLU/SwitchMLP attributes).

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.modelstore.footprint import DTYPE_BYTES, read_safetensors_header
+from gateway.engines.footprint import DTYPE_BYTES, read_safetensors_header
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from gateway.engines.model_files import float_tensor, from_numpy, in_width, minus, save_weights
 from gateway.modelstore.gguf.architectures import SUPPORTED_ARCHITECTURES, Architecture
 from gateway.modelstore.gguf.quants import (
     FLOAT_TYPES,
@@ -49,15 +50,8 @@ def _dequantize(header: GGUFFile, tensor: TensorInfo) -> np.ndarray:
 
 def _float_array(header: GGUFFile, tensor: TensorInfo) -> Any:
     """A float tensor in its own width (F16 stays float16, BF16 bfloat16)."""
-    import mlx.core as mx
-
     raw = np.asarray(header.raw(tensor))
-    kind = tensor.type_name
-    if kind == "F16":
-        return mx.array(raw.view(np.float16))
-    if kind == "BF16":
-        return mx.array(raw.view(np.uint16)).view(mx.bfloat16)
-    return mx.array(_dequantize(header, tensor))
+    return float_tensor(raw, tensor.type_name, lambda: _dequantize(header, tensor))
 
 
 def _quantized(header: GGUFFile, tensor: TensorInfo) -> Affine:
@@ -108,8 +102,6 @@ class _Record:
 def _convert_weights(
     header: GGUFFile, arch: Architecture, progress: ProgressCallback
 ) -> tuple[dict[str, Any], dict[str, Any], _Record]:
-    import mlx.core as mx
-
     record = _Record()
     weights: dict[str, Any] = {}
     per_layer: dict[str, Any] = {}  # module -> its quantization where it differs
@@ -125,16 +117,16 @@ def _convert_weights(
         if kind in FLOAT_TYPES:
             array = _float_array(header, tensor)
             if arch.norm_offset and arch.is_norm(tensor.name):
-                array = (array.astype(mx.float32) - arch.norm_offset).astype(array.dtype)
-            array = array.astype(getattr(mx, float_width))
+                array = minus(array, arch.norm_offset)
+            array = in_width(array, float_width)
             weights[name] = array
             record.add(tensor.name, kind, "kept", None)
             continue
         affine = _quantized(header, tensor)
         stem = name.removesuffix(".weight")
-        weights[name] = mx.array(affine.weight)
-        weights[f"{stem}.scales"] = mx.array(affine.scales)
-        weights[f"{stem}.biases"] = mx.array(affine.biases)
+        weights[name] = from_numpy(affine.weight)
+        weights[f"{stem}.scales"] = from_numpy(affine.scales)
+        weights[f"{stem}.biases"] = from_numpy(affine.biases)
         bit_counts[affine.bits] = bit_counts.get(affine.bits, 0) + 1
         per_layer[stem] = {"group_size": GROUP_SIZE, "bits": affine.bits, "mode": "affine"}
         if affine.exact:
@@ -166,8 +158,6 @@ def convert_gguf(
 
     ``chat_template`` replaces the file's own (the embedded Gemma base model's transcript).
     """
-    import mlx.core as mx
-
     progress(f"reading {Path(gguf_path).name}")
     header = read_gguf(Path(gguf_path))
     meta = header.metadata
@@ -194,7 +184,7 @@ def convert_gguf(
         config["rope_scaling"] = _llama3_rope_scaling(header, config)
     progress("writing weights")
     out_dir.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(str(out_dir / "model.safetensors"), weights, metadata={"format": "mlx"})
+    save_weights(out_dir / "model.safetensors", weights)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     progress("building tokenizer")
     build_tokenizer(meta, chat_template).save_pretrained(str(out_dir))

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from gateway.engines.device import ComputePath
+from gateway.engines.footprint import ModelBytes, model_bytes
 from gateway.engines.weights import choose_weights
-from gateway.modelstore.footprint import ModelBytes, model_bytes
 
 CPU_OPENBLAS = ComputePath("cpu", "openblas:x", "float32", "")
 CPU_REFERENCE = ComputePath("cpu", "reference", "4bit", "")

@@ -119,7 +119,7 @@ def test_a_damaged_safetensors_header_is_a_clear_error(tmp_path: Path) -> None:
 
     import pytest
 
-    from gateway.modelstore.footprint import read_safetensors_header
+    from gateway.engines.footprint import read_safetensors_header
 
     cases = {
         "short": b"\x01\x02",
