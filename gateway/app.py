@@ -26,7 +26,7 @@ from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Sen
 from gateway.config import ConfigError, Settings, TierSettings
 from gateway.engines.backend import Backend, Priority
 from gateway.engines.device import ComputePath, choose_compute_path
-from gateway.engines.experts.plan import ExpertStreaming, StreamedExperts, plan_streamed
+from gateway.engines.experts.plan import ExpertStreaming, StreamedExperts
 from gateway.engines.experts.stats import CallbackListener, ExpertStats
 from gateway.engines.local import LocalBackend
 from gateway.engines.prefix_disk import DiskPrefixes
@@ -34,14 +34,20 @@ from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.residency import LocalModels, Resident
 from gateway.engines.runner import ModelRunner
 from gateway.engines.upstream import OpenAIUpstreamBackend, UpstreamConfig, is_loopback_url
-from gateway.engines.weights import WeightsChoice, WeightsMode, WeightsPreference, choose_weights
+from gateway.engines.weights import (
+    WeightsChoice,
+    WeightsMode,
+    WeightsPreference,
+    choose_weights,
+    plan_streamed,
+)
 from gateway.errors import AuthenticationError, ShuttingDownError
 from gateway.metrics import GatewayMetrics
 from gateway.modelstore.footprint import model_bytes
 from gateway.modelstore.sources import ResolvedModel, parse_model_ref, resolve
 from gateway.modelstore.store import KNOWN_MODELS, ModelStore
-from gateway.peers.dispatch import Dispatcher, dispatch_to_peers
 from gateway.peers.discovery import Discovery, start_discovery
+from gateway.peers.dispatch import Dispatcher, dispatch_to_peers
 from gateway.peers.inbox import PeerInbox
 from gateway.peers.nodes import Peers
 from gateway.peers.signing import RequestVerifier
@@ -69,8 +75,8 @@ from gateway.serving.response_store import ResponseStore
 from gateway.serving.responses import ResponsesService
 from gateway.serving.speculation import Speculator
 from gateway.serving.tasks import TaskService
-from gateway.tasks.catalogue import TaskPrompts
 from gateway.serving.tiers import Tier, TierRegistry
+from gateway.tasks.catalogue import TaskPrompts
 from gateway.tasks.definitions import BUILTIN_PROMPTS, TaskCatalog
 
 log = logging.getLogger("gateway")

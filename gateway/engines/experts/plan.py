@@ -10,16 +10,13 @@ several times the budget can still be served dequantized when its slots fit.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.engines.device import ComputePath
 from gateway.engines.experts.policy import PolicyName
 from gateway.engines.experts.stats import ExpertStats
 from gateway.engines.footprint import ModelBytes, bytes_of, tensor_shapes
-from gateway.engines.weights import WeightsChoice, WeightsPreference, choose_weights
 
 _EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 # mlx-lm's names for the stacked expert modules (SwitchGLU/SwitchMLP attributes).
@@ -117,62 +114,3 @@ def expert_layout(folder: Path) -> ExpertLayout:
         experts.is_quantized,
     )
     return ExpertLayout(len(layers), count, top_k, per_expert, rest)
-
-
-def plan_streamed(
-    compute: ComputePath,
-    folder: Path,
-    budget_bytes: int,
-    preference: WeightsPreference,
-    streaming: ExpertStreaming,
-) -> WeightsChoice:
-    """The weights choice of a streamed tier: resident part plus slots, in one form."""
-    layout = expert_layout(folder)
-    per = layout.per_expert
-
-    def slots_for(expert_bytes: int) -> int:
-        if streaming.cache_bytes is not None:
-            return min(layout.experts, streaming.cache_bytes // (layout.layers * expert_bytes))
-        if streaming.slots is not None:
-            return min(layout.experts, streaming.slots)
-        share = math.ceil(layout.experts * DEFAULT_SLOT_SHARE)
-        return min(layout.experts, max(2 * layout.top_k, share))
-
-    slots = {
-        "stored": slots_for(per.stored),
-        "float32": slots_for(per.float32),
-        "quantized": slots_for(per.quantized),
-    }
-    if min(slots.values()) < 1:
-        raise ValueError(
-            f"expert_cache_bytes ({streaming.cache_bytes}) holds less than one expert per "
-            f"layer ({layout.layers} layers of {per.float32} bytes per expert in float32)"
-        )
-    total = ModelBytes(
-        layout.rest.stored + layout.layers * slots["stored"] * per.stored,
-        layout.rest.float32 + layout.layers * slots["float32"] * per.float32,
-        layout.rest.quantized + layout.layers * slots["quantized"] * per.quantized,
-        layout.rest.is_quantized or per.is_quantized,
-    )
-    choice = choose_weights(compute, total, budget_bytes, preference)
-    form = {"native": "stored"}.get(choice.mode, choice.mode)
-    expert_bytes = {"stored": per.stored, "float32": per.float32, "quantized": per.quantized}
-    rest_bytes = {
-        "stored": layout.rest.stored,
-        "float32": layout.rest.float32,
-        "quantized": layout.rest.quantized,
-    }
-    plan = ExpertPlan(
-        layers=layout.layers,
-        experts=layout.experts,
-        top_k=layout.top_k,
-        slots=slots[form],
-        policy=streaming.policy,
-        expert_bytes=expert_bytes[form],
-        resident_bytes=rest_bytes[form],
-    )
-    reason = (
-        f"{choice.reason}; experts streamed from disk: {plan.slots} of {plan.experts} slots "
-        f"in each of {plan.layers} layers ({plan.policy.upper()})"
-    )
-    return WeightsChoice(choice.mode, choice.bytes, reason, experts=plan)
