@@ -4,7 +4,9 @@ dropped after its TTL.
 
 The LAN here is loopback: mDNS multicast on 127.0.0.1 (``peers.discover_interfaces``), which
 Linux delivers between sockets of one machine. Where it does not (no multicast on lo, a
-sandbox without it), the test skips and says what failed. Every gateway on this machine that
+sandbox without it), the last test runs the others again in a network namespace it makes
+(unprivileged ``unshare -rn``, whose own loopback carries multicast once up), and where that
+cannot be made either, everything skips and says what failed. Every gateway on this machine that
 discovers on loopback sees these adverts (another test run, say): this run's secret is its own,
 so such a stranger answers no heartbeat of ours and is never used; the checks name our nodes.
 """
@@ -12,8 +14,11 @@ so such a stranger answers no heartbeat of ours and is never used; the checks na
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,6 +35,7 @@ from tests.e2e.test_peers import Busy, greedy, health, wait_until
 
 SECRET = f"discovery-peer-secret-{uuid.uuid4().hex}"
 TTL_SECONDS = 3
+IN_NAMESPACE = "ONEMAC_TEST_IN_NETNS"  # set by the namespace run, for the tests it runs
 
 
 def loopback_multicast_problem() -> str | None:
@@ -81,7 +87,10 @@ def discovering(node_id: str) -> dict[str, object]:
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     problem = loopback_multicast_problem()
     if problem:
-        pytest.skip(f"no multicast on loopback here, so no mDNS between local gateways: {problem}")
+        pytest.skip(
+            f"no multicast on loopback here, so no mDNS between local gateways: {problem} "
+            "(test_in_a_network_namespace_... runs them where it can)"
+        )
     workdir = Path(tmp_path_factory.mktemp("discovery"))
     a = start_gateway(workdir / "a", discovering("A"))
     try:
@@ -178,3 +187,28 @@ def test_an_advert_with_other_task_definitions_is_refused_and_a_dead_peer_droppe
     wait_until(lambda: peer_state(a, b) is None, timeout=TTL_SECONDS + 10)
     assert time.monotonic() - killed >= TTL_SECONDS - 1
     assert "silent for its TTL: dropped" in a.log()
+
+
+def test_in_a_network_namespace_where_loopback_has_no_multicast() -> None:
+    """The tests above, again, in a network namespace this test makes: only where this
+    machine's own loopback carries no multicast (a sandbox, a container)."""
+    problem = loopback_multicast_problem()
+    if problem is None or os.environ.get(IN_NAMESPACE):
+        pytest.skip("loopback multicast works here: the tests above ran on it")
+    if not (shutil.which("unshare") and shutil.which("ip")):
+        pytest.skip(f"{problem}; and no unshare or ip command to make a network namespace")
+    made = subprocess.run(["unshare", "-rn", "true"], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"{problem}; and no unprivileged network namespace: {made.stderr.strip()}")
+    inner = (
+        f"ip link set lo up && exec {sys.executable} -m pytest -q -p no:cacheprovider "
+        f"{__file__} -k 'not network_namespace'"
+    )
+    run = subprocess.run(
+        ["unshare", "-rn", "sh", "-c", inner],
+        env={**os.environ, IN_NAMESPACE: "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0 and " 2 passed" in run.stdout, run.stdout[-3000:] + run.stderr
