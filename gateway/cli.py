@@ -55,8 +55,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from gateway.app import prefix_disk_folder
     from gateway.engines.prefix_disk import DiskPrefixes
+    from gateway.wiring import prefix_disk_folder
 
     settings = _settings_from(args)
     disk = DiskPrefixes(prefix_disk_folder(settings), settings.cache.persist_prefix_bytes)

@@ -1,9 +1,9 @@
 """uvicorn with a drain before it stops.
 
 uvicorn alone, on SIGTERM, stops listening and gives open connections a few seconds before
-cutting them. The gateway first drains (``gateway.app.drain``: new requests 503, waiting jobs
-503, running generations finish within the grace period or end with a proper last event),
-and only then lets uvicorn shut down. A second signal stops at once.
+cutting them. The gateway first drains (``gateway.app.drain``, ``Services.drain``: new
+requests 503, waiting jobs 503, running generations finish within the grace period or end
+with a proper last event), and only then lets uvicorn shut down. A second signal stops at once.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ temporary root: mlx-lm folders (float32, bfloat16, MLX 4-bit and 8-bit), a Huggi
 laid out by hand (those folders, and a GGUF repo), GGUF files of ten quant types, an Ollama
 store (a tag per quant type) and LM Studio's folder (MLX folders, GGUF folders). Then:
 
-1. each combination is resolved and loaded the gateway's way (``gateway.app.resolve_model``:
+1. each combination is resolved and loaded the gateway's way (``gateway.wiring.resolve_model``:
    a GGUF is imported into the store; the weights form ``choose_weights`` picks on this
    machine; ``gateway.engines.weights.load_model``), and the logits of a fixed prompt are
    compared with a reference made without the gateway: the same folder loaded by mlx-lm, or
@@ -238,9 +238,9 @@ def measure_logits(cases: list[Case], settings: Any, compute: Any) -> None:
     from mlx_lm.utils import load_model as mlx_load_model
 
     from bench.synthetic_gguf import reference_weights
-    from gateway.app import resolve_model
-    from gateway.engines.weights import choose_weights, load_model
     from gateway.engines.footprint import model_bytes
+    from gateway.engines.weights import choose_weights, load_model
+    from gateway.wiring import resolve_model
 
     references: dict[tuple[str, str], tuple[Any, Any]] = {}
     expected_ids: list[int] | None = None
