@@ -25,14 +25,12 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
+from gateway.engines.reasoning import ReplyFormat
+from gateway.engines.request_parts import ChatMessage, Grammar, ToolSpec
 from gateway.errors import InvalidRequestError
 
-if TYPE_CHECKING:
-    from gateway.engines.reasoning import ReplyFormat
-
-ChatMessage = dict[str, Any]
 FinishReason = Literal["stop", "length"]
 BackendKind = Literal["mlx", "openai", "mlx-distributed", "peer"]
 
@@ -62,18 +60,6 @@ class Priority(IntEnum):
 
 
 @dataclass(frozen=True)
-class Grammar:
-    """A constraint on the output (structured output), engine-neutral.
-
-    ``json_schema``: ``source`` is the schema as JSON text; ``lark``: a Lark grammar in
-    llguidance's dialect (which can embed ``%json{...}``).
-    """
-
-    kind: Literal["json_schema", "lark"]
-    source: str
-
-
-@dataclass(frozen=True)
 class SamplingParams:
     """How to pick tokens, free of any wire format.
 
@@ -97,15 +83,6 @@ class SamplingParams:
     # The reply opens its reasoning section (the template switched thinking on and leaves
     # the opening to the model): its first token is the start marker.
     open_reasoning: bool = False
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """A function the model may call: its name, what it does, and its arguments' JSON Schema."""
-
-    name: str
-    description: str | None
-    parameters: dict[str, Any]
 
 
 @dataclass(frozen=True)

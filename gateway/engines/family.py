@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.engines.backend import ChatMessage
 from gateway.engines.reasoning import ReplyFormat, thinking_state
+from gateway.engines.request_parts import ChatMessage
 from gateway.engines.tool_format import (
     CALL_CLOSE,
     CALL_OPEN,

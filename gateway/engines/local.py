@@ -19,19 +19,18 @@ from gateway.engines.backend import (
     BackendHealth,
     BackendKind,
     Capabilities,
-    ChatMessage,
     GenerationRequest,
     PrefillProgress,
     Priority,
     Prompt,
     Started,
     TextPrompt,
-    ToolSpec,
 )
 from gateway.engines.embedding import EmbeddingInput, Embeddings
 from gateway.engines.prefix_boundaries import RecurringPrefixes, system_boundary
 from gateway.engines.prefix_disk import DiskPrefixes
 from gateway.engines.prefix_store import PrefixCacheStore
+from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.engines.residency import LocalModels, Resident
 from gateway.engines.runner import Generation, ModelRunner, PromptState
 from gateway.errors import ContextLengthExceededError, InvalidRequestError

@@ -15,15 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.engines.backend import (
     BackendEvent,
-    ChatMessage,
     Finished,
     FinishReason,
-    Grammar,
     PrefillProgress,
     SamplingParams,
     TokenChoice,
     TokenEvent,
-    ToolSpec,
 )
 from gateway.engines.constrained import GrammarConstraint, make_llg_tokenizer
 from gateway.engines.device import ComputePath
@@ -32,6 +29,7 @@ from gateway.engines.logprobs import TokenSpeller
 from gateway.engines.prefix_disk import weights_fingerprint
 from gateway.engines.reasoning import ReplyFormat, opened_in
 from gateway.engines.reasoning_section import ReasoningSection
+from gateway.engines.request_parts import ChatMessage, Grammar, ToolSpec
 from gateway.engines.runner import KVCache, PromptState
 from gateway.engines.text_tail import TextTail
 from gateway.engines.tool_format import (

@@ -15,8 +15,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from gateway.engines.backend import ChatMessage, ToolSpec
 from gateway.engines.prefix_disk import MIN_REUSE_TOKENS, common_prefix
+from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.engines.runner import ModelRunner
 
 DEFAULT_MAX_PREFIXES = 32

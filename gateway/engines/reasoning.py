@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gateway.engines.backend import Grammar, ToolSpec
+from gateway.engines.request_parts import Grammar, ToolSpec
 from gateway.engines.tool_format import HERMES, Marker, ToolChoice, ToolFormat, tool_rules
 
 # "opened": the prompt opened the section, the reply starts inside it;

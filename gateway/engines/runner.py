@@ -12,8 +12,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.engines.backend import BackendEvent, ChatMessage, SamplingParams, ToolSpec
+from gateway.engines.backend import BackendEvent, SamplingParams
 from gateway.engines.reasoning import ReplyFormat
+from gateway.engines.request_parts import ChatMessage, ToolSpec
 
 # A runner's KV cache, opaque to everyone but the runner (mlx-lm: a list of cache objects).
 KVCache = Any

@@ -30,7 +30,6 @@ from gateway.engines.backend import (
     BackendHealth,
     BackendKind,
     Capabilities,
-    ChatMessage,
     Finished,
     FinishReason,
     GenerationRequest,
@@ -38,8 +37,8 @@ from gateway.engines.backend import (
     Started,
     TextPrompt,
     TokenEvent,
-    ToolSpec,
 )
+from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.errors import UpstreamError, UpstreamRejectedError, UpstreamTimeoutError
 from gateway.metrics import GatewayMetrics
 from gateway.scheduler.lease import SlotLease

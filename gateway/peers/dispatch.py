@@ -33,7 +33,6 @@ from gateway.engines.backend import (
     Backend,
     BackendEvent,
     BackendHealth,
-    ChatMessage,
     Finished,
     GenerationRequest,
     PrefillProgress,
@@ -43,9 +42,9 @@ from gateway.engines.backend import (
     TextPrompt,
     TicketSpec,
     TokenEvent,
-    ToolSpec,
     continued,
 )
+from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.metrics import GatewayMetrics
 from gateway.peers.nodes import PeerFailed, PeerNode, PeerRefused, Peers
 from gateway.protocol.peer import Ticket

@@ -22,8 +22,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.engines.backend import ChatMessage, Grammar, Priority, ToolSpec
+from gateway.engines.backend import Priority
 from gateway.engines.grammar import for_grammar, strict_objects
+from gateway.engines.request_parts import ChatMessage, Grammar, ToolSpec
 from gateway.engines.tool_format import ToolChoice
 from gateway.errors import InvalidRequestError
 from gateway.protocol.anthropic import (

@@ -19,10 +19,8 @@ from typing import Protocol
 
 from gateway.engines.backend import (
     BackendEvent,
-    ChatMessage,
     Finished,
     GenerationRequest,
-    Grammar,
     PrefillProgress,
     Priority,
     Prompt,
@@ -32,10 +30,10 @@ from gateway.engines.backend import (
     TicketSpec,
     TokenChoice,
     TokenEvent,
-    ToolSpec,
 )
 from gateway.engines.grammar import GrammarError, grammar_text
 from gateway.engines.reasoning import ReplyFormat, reply_grammar
+from gateway.engines.request_parts import ChatMessage, Grammar, ToolSpec
 from gateway.engines.tool_format import ToolChoice
 from gateway.errors import ContextLengthExceededError, InvalidRequestError, ShuttingDownError
 from gateway.metrics import GatewayMetrics

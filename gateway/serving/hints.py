@@ -31,14 +31,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gateway.engines.backend import (
-    ChatMessage,
-    SamplingParams,
-    Started,
-    ToolSpec,
-    Warmable,
-    Warmup,
-)
+from gateway.engines.backend import SamplingParams, Started, Warmable, Warmup
+from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.hints import TypingHint, TypingHintRequest

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.engines.backend import ChatMessage, ToolSpec
+from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.errors import InvalidRequestError
 from gateway.protocol.openai import ChatMessage as WireMessage
 from gateway.protocol.openai import ToolDefinition

@@ -17,8 +17,9 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
-from gateway.engines.backend import Grammar, Priority, TicketSpec, TokenChoice
+from gateway.engines.backend import Priority, TicketSpec, TokenChoice
 from gateway.engines.grammar import for_grammar, strict_objects
+from gateway.engines.request_parts import Grammar
 from gateway.engines.tool_format import ToolChoice
 from gateway.errors import ShuttingDownError
 from gateway.protocol.completions import CompletionRequest

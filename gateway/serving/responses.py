@@ -20,7 +20,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from gateway.engines.backend import ChatMessage, Priority
+from gateway.engines.backend import Priority
+from gateway.engines.request_parts import ChatMessage
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.protocol.openai import shorten
 from gateway.protocol.responses import (

@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from gateway.engines.backend import ChatMessage, Grammar, ToolSpec
 from gateway.engines.grammar import for_grammar, strict_objects
+from gateway.engines.request_parts import ChatMessage, Grammar, ToolSpec
 from gateway.engines.tool_format import ToolChoice
 from gateway.errors import InvalidRequestError
 from gateway.protocol.responses import (

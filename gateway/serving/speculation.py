@@ -29,16 +29,15 @@ from dataclasses import dataclass, field, replace
 from gateway.engines.backend import (
     Backend,
     BackendEvent,
-    ChatMessage,
     Finished,
     GenerationRequest,
     Priority,
     SamplingParams,
     Started,
     TokenEvent,
-    ToolSpec,
     continued,
 )
+from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
 

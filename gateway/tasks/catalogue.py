@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Generic, Protocol, TypeVar
 
-from gateway.engines.backend import ChatMessage
+from gateway.engines.request_parts import ChatMessage
 from gateway.errors import NotFoundError, UnprocessableError
 from gateway.protocol.openai import shorten
 from gateway.protocol.tasks import TaskArgument, TaskTypeInfo, TaskTypeList

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.engines.backend import Grammar
 from gateway.engines.grammar import for_grammar
+from gateway.engines.request_parts import Grammar
 from gateway.engines.stops import partial_suffix
 from gateway.tasks.definitions import TaskType
 

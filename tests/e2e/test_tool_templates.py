@@ -9,8 +9,8 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 from transformers import AutoTokenizer
 
 from gateway.config import default_cache_dir
-from gateway.engines.backend import ToolSpec
 from gateway.engines.mlx_runner import MLXRunner
+from gateway.engines.request_parts import ToolSpec
 from gateway.engines.tool_format import CALL_OPEN, template_knows_tools
 from gateway.modelstore.store import ModelStore
 

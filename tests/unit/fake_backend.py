@@ -15,7 +15,6 @@ from gateway.engines.backend import (
     BackendHealth,
     BackendKind,
     Capabilities,
-    ChatMessage,
     Finished,
     GenerationRequest,
     PrefillProgress,
@@ -24,6 +23,7 @@ from gateway.engines.backend import (
     TextPrompt,
     TokenEvent,
 )
+from gateway.engines.request_parts import ChatMessage
 
 ANSWER = ("Hello", " there", "!")
 

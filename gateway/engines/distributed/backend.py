@@ -15,13 +15,12 @@ from gateway.engines.backend import (
     BackendEvent,
     BackendHealth,
     BackendKind,
-    ChatMessage,
     GenerationRequest,
     Prompt,
     TextPrompt,
-    ToolSpec,
 )
 from gateway.engines.distributed.supervisor import ClusterState, ClusterSupervisor, StateListener
+from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.engines.upstream import OpenAIUpstreamBackend
 from gateway.errors import ServiceUnavailableError
 from gateway.metrics import GatewayMetrics

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from gateway.engines.backend import Grammar, ToolSpec
 from gateway.engines.grammar import grammar_text
 from gateway.engines.reasoning import (
     ReplyFormat,
@@ -14,6 +13,7 @@ from gateway.engines.reasoning import (
     reply_grammar,
     thinking_state,
 )
+from gateway.engines.request_parts import Grammar, ToolSpec
 from gateway.engines.tool_format import HermesFormat, Marker, MistralFormat, ToolChoice
 
 WEATHER = ToolSpec(

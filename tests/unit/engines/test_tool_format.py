@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gateway.engines.backend import Grammar, ToolSpec
 from gateway.engines.grammar import grammar_text
+from gateway.engines.request_parts import Grammar, ToolSpec
 from gateway.engines.tool_format import (
     ToolChoice,
     call_text,

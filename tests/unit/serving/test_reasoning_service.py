@@ -11,16 +11,15 @@ from pydantic import ValidationError
 
 from gateway.engines.backend import (
     BackendEvent,
-    ChatMessage,
     Finished,
     GenerationRequest,
-    Grammar,
     Priority,
     Prompt,
     Started,
     TokenEvent,
 )
 from gateway.engines.reasoning import ReplyFormat
+from gateway.engines.request_parts import ChatMessage, Grammar
 from gateway.engines.tool_format import Marker
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.anthropic import MessagesRequest

@@ -10,12 +10,12 @@ from gateway.engines.backend import (
     BackendEvent,
     Finished,
     GenerationRequest,
-    Grammar,
     Prompt,
     SamplingParams,
     Started,
     TokenEvent,
 )
+from gateway.engines.request_parts import Grammar
 from gateway.metrics import GatewayMetrics
 from gateway.serving.speculation import Speculation, Speculator, serves, speculated_events
 

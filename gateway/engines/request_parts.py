@@ -1,0 +1,35 @@
+"""The parts of a request that the engine's helpers share with the seam.
+
+A chat message, an output constraint and a function the model may call: the reply-format
+helpers (``grammar``, ``tool_format``, ``reasoning``) are built from these, and the seam
+(``backend.py``) describes a rendered prompt with their ``ReplyFormat``, so these live
+below both, importing nothing of the gateway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+ChatMessage = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A constraint on the output (structured output), engine-neutral.
+
+    ``json_schema``: ``source`` is the schema as JSON text; ``lark``: a Lark grammar in
+    llguidance's dialect (which can embed ``%json{...}``).
+    """
+
+    kind: Literal["json_schema", "lark"]
+    source: str
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function the model may call: its name, what it does, and its arguments' JSON Schema."""
+
+    name: str
+    description: str | None
+    parameters: dict[str, Any]
