@@ -21,6 +21,8 @@ check: $(STAMP)
 	$(VENV)/bin/ruff check gateway bench tests ops
 	$(VENV)/bin/ruff format --check gateway bench tests ops
 	$(VENV)/bin/mypy gateway bench
+	$(VENV)/bin/lint-imports
+	$(PY) ops/check_import_cycles.py
 	@if command -v promtool >/dev/null 2>&1; then promtool check rules ops/prometheus/rules.yml; \
 	else echo "promtool not found: Prometheus rules not checked"; fi
 
