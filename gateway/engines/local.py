@@ -26,6 +26,7 @@ from gateway.engines.backend import (
     Started,
     TextPrompt,
 )
+from gateway.engines.context_length import check_context_length
 from gateway.engines.embedding import EmbeddingInput, Embeddings
 from gateway.engines.prefix_boundaries import RecurringPrefixes, system_boundary
 from gateway.engines.prefix_disk import DiskPrefixes
@@ -33,7 +34,7 @@ from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.engines.residency import LocalModels, Resident
 from gateway.engines.runner import Generation, ModelRunner, PromptState
-from gateway.errors import ContextLengthExceededError, InvalidRequestError
+from gateway.errors import InvalidRequestError
 from gateway.scheduler.jobs import JobHandle, JobSpec, JobState
 from gateway.scheduler.slot import Scheduler
 
@@ -238,19 +239,15 @@ class LocalBackend:
         """
         runner = await self.models.acquire(self.resident)
         self._context_length, self._vocab_size = runner.context_length, runner.vocab_size
-        limit = runner.context_length * runner.max_token_chars
-        if characters > limit:
-            self.models.release(self.resident)
-            raise ContextLengthExceededError(
-                f"This model's maximum context length is {runner.context_length} tokens; the "
-                f"messages have {characters} characters, more than that many tokens can hold "
-                f"({limit}). Please reduce the length of the messages.",
-                param="messages",
-            )
         try:
-            return await asyncio.to_thread(render, runner)
-        except Exception as exc:  # the model's template or tokenizer refused this conversation
-            raise InvalidRequestError(f"cannot render messages: {exc}", param="messages") from exc
+            fewest = fewest_tokens(characters, runner)
+            check_context_length(runner.context_length, fewest, 0, at_least=True)
+            try:
+                return await asyncio.to_thread(render, runner)
+            except Exception as exc:  # the model's template or tokenizer refused it
+                raise InvalidRequestError(
+                    f"cannot render messages: {exc}", param="messages"
+                ) from exc
         finally:
             self.models.release(self.resident)
 
@@ -474,13 +471,14 @@ def _embedding_tokens(runner: ModelRunner, inputs: Sequence[EmbeddingInput]) -> 
     for index, item in enumerate(inputs):
         param = f"input[{index}]"
         if isinstance(item, str):
-            limit = runner.context_length * runner.max_token_chars
-            if len(item) > limit:  # cannot fit whatever its tokens: refused untokenized
-                raise ContextLengthExceededError(
-                    f"input[{index}] has {len(item)} characters, more than the model's "
-                    f"context of {runner.context_length} tokens can hold",
-                    param=param,
-                )
+            # A text that cannot fit whatever its tokens is refused untokenized.
+            check_context_length(
+                runner.context_length,
+                fewest_tokens(len(item), runner),
+                0,
+                prompt_param=param,
+                at_least=True,
+            )
             # An empty text is refused as OpenAI does (its only tokens would be specials).
             tokens = runner.render_text(item) if item else []
         else:
@@ -494,14 +492,15 @@ def _embedding_tokens(runner: ModelRunner, inputs: Sequence[EmbeddingInput]) -> 
                 )
         if not tokens:
             raise InvalidRequestError(f"input[{index}] is empty", param=param)
-        if len(tokens) > runner.context_length:
-            raise ContextLengthExceededError(
-                f"input[{index}] has {len(tokens)} tokens; this model's maximum context "
-                f"length is {runner.context_length} tokens",
-                param=param,
-            )
+        check_context_length(runner.context_length, len(tokens), 0, prompt_param=param)
         out.append(tokens)
     return out
+
+
+def fewest_tokens(characters: int, runner: ModelRunner) -> int:
+    """The fewest tokens a text of this many characters can take (none holds more than
+    ``max_token_chars``)."""
+    return -(-characters // runner.max_token_chars)
 
 
 def _weights_health(resident: Resident) -> dict[str, Any] | None:

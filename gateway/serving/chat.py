@@ -31,11 +31,12 @@ from gateway.engines.backend import (
     TokenChoice,
     TokenEvent,
 )
+from gateway.engines.context_length import check_context_length
 from gateway.engines.grammar import GrammarError, grammar_text
 from gateway.engines.reasoning import ReplyFormat, reply_grammar
 from gateway.engines.request_parts import ChatMessage, Grammar, ToolSpec
 from gateway.engines.tool_format import ToolChoice
-from gateway.errors import ContextLengthExceededError, InvalidRequestError, ShuttingDownError
+from gateway.errors import InvalidRequestError, ShuttingDownError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import (
     CompletionTokensDetails,
@@ -368,15 +369,12 @@ class ChatService:
         max_tokens = requested
         if prompt.tokens is not None and context is not None:
             prompt_tokens = len(prompt.tokens)
-            if prompt_tokens >= context or (requested and prompt_tokens + requested > context):
-                wanted = prompt_tokens + (requested or 1)
-                raise ContextLengthExceededError(
-                    f"This model's maximum context length is {context} tokens. However, you "
-                    f"requested {wanted} tokens ({prompt_tokens} in the messages, "
-                    f"{requested or 1} in the completion). Please reduce the length of the "
-                    "messages or completion.",
-                    param="messages" if prompt_tokens >= context else sampling.max_tokens_param,
-                )
+            check_context_length(
+                context,
+                prompt_tokens,
+                requested or 1,
+                completion_param=sampling.max_tokens_param,
+            )
             max_tokens = requested or min(context - prompt_tokens, cap or context)
         vocab = backend.vocab_size
         if vocab is not None and any(t >= vocab for t in sampling.logit_bias):

@@ -32,6 +32,7 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.engines.backend import SamplingParams, Started, Warmable, Warmup
+from gateway.engines.context_length import check_context_length
 from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.metrics import GatewayMetrics
@@ -156,12 +157,8 @@ class HintService:
         tools = tool_specs(request.tools)
         tokens = await backend.render_fixed_prefix(messages, request.draft, tools)
         context = tier.backend.context_length
-        if context is not None and len(tokens) >= context:
-            raise InvalidRequestError(
-                f"the conversation has {len(tokens)} tokens; the model's context is {context}",
-                param="messages",
-                code="context_length_exceeded",
-            )
+        if context is not None:  # room for the answer's first token
+            check_context_length(context, len(tokens))
         now = time.time()
         hint = Hint(
             id=f"hint-{uuid.uuid4().hex[:20]}",
