@@ -109,9 +109,8 @@ class PeerInbox:
             raise QueueFullError("this node's slot is taken; try another seat", retry_after=1)
         try:
             task, prepared = await self.tasks.prepare(
-                ticket.task_type, TaskRunRequest(args=dict(ticket.args)), from_peer=True
+                ticket.task_type, TaskRunRequest(args=dict(ticket.args)), ticket.ticket_id
             )
-            prepared.id = ticket.ticket_id
             return await self.tasks.start(task, prepared)
         except GatewayError:
             self.metrics.peer_tickets_received.labels("refused").inc()

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.engines.backend import Priority
+from gateway.engines.backend import Priority, SamplingParams
 from gateway.engines.grammar import for_grammar, strict_objects
 from gateway.engines.request_parts import ChatMessage, Grammar, ToolSpec
 from gateway.engines.tool_format import ToolChoice
@@ -58,7 +58,7 @@ from gateway.protocol.anthropic import (
     ToolUseBlock,
     message_id,
 )
-from gateway.serving.chat import ChatRun, ChatService, PreparedChat, SamplingRequest, ToolUse
+from gateway.serving.chat import ChatRun, ChatService, FieldNames, PreparedChat, ToolUse
 from gateway.serving.partial_json import partial_object
 from gateway.serving.reasoning import ReasoningPiece
 from gateway.serving.tool_calls import CallArguments, CallStart, TextPiece
@@ -75,10 +75,10 @@ class AnthropicMessages:
     async def prepare(self, request: MessagesRequest) -> PreparedChat:
         arrived = time.perf_counter()
         tier = self.service.registry.resolve(request.model)
-        prepared = await self.service.prepare_messages(
+        return await self.service.prepare_messages(
             tier,
             conversation(request.system_text(), request.messages),
-            SamplingRequest(
+            SamplingParams(
                 max_tokens=request.max_tokens,
                 temperature=DEFAULT_TEMPERATURE
                 if request.temperature is None
@@ -86,19 +86,18 @@ class AnthropicMessages:
                 top_p=1.0 if request.top_p is None else request.top_p,
                 top_k=request.top_k or 0,
                 stop=tuple(request.stop_sequences or ()),
-                thinking=thinking_switch(request.thinking),
                 reasoning_budget=request.thinking.budget_tokens if request.thinking else None,
                 grammar=output_format_grammar(request),
-                grammar_param="output_config.format",
             ),
             Priority.parse(request.priority, Priority.USER),
             model_name=request.model,
+            chat_id=message_id(),
             session=request.session,
             arrived=arrived,
             tool_use=tool_use(request),
+            thinking=thinking_switch(request.thinking),
+            fields=FieldNames(grammar="output_config.format"),
         )
-        prepared.id = message_id()
-        return prepared
 
     async def count_tokens(self, request: CountTokensRequest) -> int:
         tier = self.service.registry.resolve(request.model)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -34,7 +34,7 @@ from gateway.engines.backend import (
 from gateway.engines.context_length import check_context_length
 from gateway.engines.grammar import GrammarError, grammar_text
 from gateway.engines.reasoning import ReplyFormat, reply_grammar
-from gateway.engines.request_parts import ChatMessage, Grammar, ToolSpec
+from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.engines.tool_format import ToolChoice
 from gateway.errors import InvalidRequestError, ShuttingDownError
 from gateway.metrics import GatewayMetrics
@@ -56,28 +56,17 @@ DRAIN_STOP_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
-class SamplingRequest:
-    """What a caller asked of the sampling, before the prompt's length is known."""
+class FieldNames:
+    """How a wire format names the request fields a refusal points at (``param``)."""
 
-    max_tokens: int | None = None
-    max_tokens_param: str = "max_tokens"  # named in a context-length error
-    temperature: float = DEFAULT_TEMPERATURE
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: dict[int, float] = field(default_factory=dict)
-    top_k: int = 0
-    grammar: Grammar | None = None
-    grammar_param: str = "response_format"  # named when the grammar is refused
-    logprobs: int | None = None  # alternatives per token (0-20); None: no log-probabilities
-    # The template's thinking switch (None: its default) and the reasoning section's budget
-    # in tokens (None: none), for models that think.
-    thinking: bool | None = None
-    reasoning_budget: int | None = None
-    # A task's own max_tokens is shortened to the gateway's cap; a client's is refused above it.
-    clamp_to_cap: bool = False
+    max_tokens: str = "max_tokens"  # named in a context-length or cap error
+    grammar: str = "response_format"  # named when the grammar is refused
+
+
+CHAT_FIELDS = FieldNames()  # chat completions' names, the default
+
+# A chat's ticket for a peer made from its final sampling (the max_tokens the context left).
+TicketFor = Callable[[SamplingParams], TicketSpec | None]
 
 
 @dataclass(frozen=True)
@@ -138,9 +127,10 @@ class ChatResult:
     reasoning: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class PreparedChat:
-    """A validated chat, rendered (where the backend renders locally), ready to run."""
+    """A validated chat, rendered (where the backend renders locally), ready to run; built
+    whole by ``ChatService.prepare_messages``."""
 
     tier: Tier
     messages: tuple[ChatMessage, ...]
@@ -262,56 +252,41 @@ class ChatService:
         self,
         tier: Tier,
         messages: tuple[ChatMessage, ...],
-        sampling: SamplingRequest,
+        sampling: SamplingParams,
         priority: Priority,
         *,
         model_name: str,
+        chat_id: str | None = None,
         session: str | None = None,
         include_usage: bool = False,
         arrived: float | None = None,
         tool_use: ToolUse | None = None,
         text_prompt: TextPrompt | None = None,
+        thinking: bool | None = None,
+        fields: FieldNames = CHAT_FIELDS,
+        clamp_to_cap: bool = False,
+        ticket: TicketSpec | TicketFor | None = None,
     ) -> PreparedChat:
         """Render ``messages`` (or a raw ``text_prompt``) for ``tier`` and check them; the
-        common path of every wire format and of tasks."""
+        common path of every wire format and of tasks.
+
+        ``sampling`` is what the caller asked, before the prompt's length is known (its
+        ``max_tokens`` None: the rest of the context). ``thinking``: the template's thinking
+        switch (None: its default). ``clamp_to_cap``: a ``max_tokens`` above the gateway's
+        cap is shortened (a task's own) rather than refused (a client's). ``chat_id``: the
+        id of the replies in the wire format's own form (default ``chatcmpl-...``).
+        ``ticket``: what the chat is as a ticket for a peer, or how to make one from the
+        final sampling; None: it runs on this node only.
+        """
         arrived = time.perf_counter() if arrived is None else arrived
-        capabilities = tier.backend.capabilities
-        calling = tool_use is not None and tool_use.choice.mode != "none"
-        if calling or sampling.grammar is not None:
-            tools_param = tool_use.param if calling and tool_use is not None else None
-            self._check_constrainable(tier, tools_param, sampling.grammar_param)
-        if sampling.logprobs is not None and not capabilities.logprobs:
-            raise InvalidRequestError(
-                f"tier {tier.name!r} ({tier.backend.kind} backend) cannot report "
-                "log-probabilities; use a local tier",
-                param="logprobs",
-            )
+        self._check_capabilities(tier, sampling, tool_use, text_prompt, fields)
         if text_prompt is not None:
-            if not capabilities.text_prompts:
-                raise InvalidRequestError(
-                    f"tier {tier.name!r} takes no raw text prompts", param="prompt"
-                )
             prompt = await tier.backend.render_text(text_prompt)
         else:
             tools = tool_use.tools if tool_use is not None else ()
-            prompt = await tier.backend.render(messages, tools, sampling.thinking)
-        # The grammar follows the reply's layout: calls or the answer format come after
-        # the reasoning section, which the rendered prompt may already have opened.
-        reply = prompt.reply or ReplyFormat()
-        answer = sampling.grammar
-        if calling and tool_use is not None:
-            grammar = reply_grammar(reply, answer, tool_use.tools, tool_use.choice)
-            sampling = replace(sampling, grammar=grammar, grammar_param=tool_use.param)
-        elif answer is not None:
-            sampling = replace(sampling, grammar=reply_grammar(reply, answer))
-        if sampling.grammar is not None:
-            self._check_grammar(sampling.grammar, sampling.grammar_param)
-        # The reply opens its section where thinking is on, unless a grammar of its own (a
-        # task's) says how it begins.
-        opens = reply.thinking == "required" and (
-            sampling.grammar is None or sampling.grammar is not answer
-        )
-        params = replace(self._sampling_params(sampling, tier, prompt), open_reasoning=opens)
+            prompt = await tier.backend.render(messages, tools, thinking)
+        constrained = self._constrained(prompt, sampling, tool_use, fields)
+        params = self._sampling_params(constrained, tier, prompt, fields, clamp_to_cap)
         return PreparedChat(
             tier,
             messages,
@@ -324,7 +299,36 @@ class ChatService:
             include_usage,
             tool_use=tool_use,
             text_prompt=text_prompt,
+            ticket=ticket(params) if callable(ticket) else ticket,
+            id=chat_id or completion_id(),
         )
+
+    @classmethod
+    def _check_capabilities(
+        cls,
+        tier: Tier,
+        sampling: SamplingParams,
+        tool_use: ToolUse | None,
+        text_prompt: TextPrompt | None,
+        fields: FieldNames,
+    ) -> None:
+        """Refuse what the tier's backend cannot do: constrain its output (tool calls and
+        answer formats), report log-probabilities, take a raw text prompt."""
+        capabilities = tier.backend.capabilities
+        calling = tool_use is not None and tool_use.choice.mode != "none"
+        if calling or sampling.grammar is not None:
+            tools_param = tool_use.param if calling and tool_use is not None else None
+            cls._check_constrainable(tier, tools_param, fields.grammar)
+        if sampling.logprobs is not None and not capabilities.logprobs:
+            raise InvalidRequestError(
+                f"tier {tier.name!r} ({tier.backend.kind} backend) cannot report "
+                "log-probabilities; use a local tier",
+                param="logprobs",
+            )
+        if text_prompt is not None and not capabilities.text_prompts:
+            raise InvalidRequestError(
+                f"tier {tier.name!r} takes no raw text prompts", param="prompt"
+            )
 
     @staticmethod
     def _check_constrainable(tier: Tier, tools_param: str | None, grammar_param: str) -> None:
@@ -345,35 +349,62 @@ class ChatService:
         )
 
     @staticmethod
-    def _check_grammar(grammar: Grammar, param: str) -> None:
-        try:
-            grammar_text(grammar)
-        except GrammarError as exc:
-            raise InvalidRequestError(f"unsupported schema or grammar: {exc}", param=param) from exc
+    def _constrained(
+        prompt: Prompt, sampling: SamplingParams, tool_use: ToolUse | None, fields: FieldNames
+    ) -> SamplingParams:
+        """``sampling`` with the grammar of the whole reply and whether the reply opens its
+        reasoning section.
+
+        The grammar follows the reply's layout: calls or the answer format come after the
+        reasoning section, which the rendered prompt may already have opened.
+        """
+        reply = prompt.reply or ReplyFormat()
+        answer = grammar = sampling.grammar
+        param = fields.grammar
+        if tool_use is not None and tool_use.choice.mode != "none":
+            grammar = reply_grammar(reply, answer, tool_use.tools, tool_use.choice)
+            param = tool_use.param
+        elif answer is not None:
+            grammar = reply_grammar(reply, answer)
+        if grammar is not None:
+            try:
+                grammar_text(grammar)
+            except GrammarError as exc:
+                raise InvalidRequestError(
+                    f"unsupported schema or grammar: {exc}", param=param
+                ) from exc
+        # The reply opens its section where thinking is on, unless a grammar of its own (a
+        # task's) says how it begins.
+        opens = reply.thinking == "required" and (grammar is None or grammar is not answer)
+        return replace(sampling, grammar=grammar, open_reasoning=opens)
 
     def _sampling_params(
-        self, sampling: SamplingRequest, tier: Tier, prompt: Prompt
+        self,
+        sampling: SamplingParams,
+        tier: Tier,
+        prompt: Prompt,
+        fields: FieldNames,
+        clamp_to_cap: bool,
     ) -> SamplingParams:
+        """The sampling the backend runs: ``max_tokens`` checked against the gateway's cap
+        and the context (and, where not asked, what the context leaves)."""
         backend = tier.backend
         context = backend.context_length
         requested = sampling.max_tokens
         cap = self.max_completion_tokens
         if cap is not None and requested is not None and requested > cap:
-            if not sampling.clamp_to_cap:
+            if not clamp_to_cap:
                 raise InvalidRequestError(
-                    f"{sampling.max_tokens_param} is {requested}; this gateway allows at most "
+                    f"{fields.max_tokens} is {requested}; this gateway allows at most "
                     f"{cap} completion tokens",
-                    param=sampling.max_tokens_param,
+                    param=fields.max_tokens,
                 )
             requested = cap
         max_tokens = requested
         if prompt.tokens is not None and context is not None:
             prompt_tokens = len(prompt.tokens)
             check_context_length(
-                context,
-                prompt_tokens,
-                requested or 1,
-                completion_param=sampling.max_tokens_param,
+                context, prompt_tokens, requested or 1, completion_param=fields.max_tokens
             )
             max_tokens = requested or min(context - prompt_tokens, cap or context)
         vocab = backend.vocab_size
@@ -384,20 +415,7 @@ class ChatService:
         temperature = sampling.temperature
         if sampling.top_p == 0.0:  # nothing survives nucleus filtering but the top token
             temperature = 0.0
-        return SamplingParams(
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=sampling.top_p,
-            seed=sampling.seed,
-            stop=sampling.stop,
-            presence_penalty=sampling.presence_penalty,
-            frequency_penalty=sampling.frequency_penalty,
-            logit_bias=sampling.logit_bias,
-            top_k=sampling.top_k,
-            grammar=sampling.grammar,
-            logprobs=sampling.logprobs,
-            reasoning_budget=sampling.reasoning_budget,
-        )
+        return replace(sampling, max_tokens=max_tokens, temperature=temperature)
 
     # -- running -------------------------------------------------------------------------------
 

@@ -37,18 +37,17 @@ class CompletionsService:
             top_k=request.top_k or 0,
             logprobs=request.logprobs,
         )
-        prepared = await self.service.prepare_messages(
+        return await self.service.prepare_messages(
             tier,
             (),
             sampling,
             Priority.parse(priority_header or request.priority, Priority.USER),
             model_name=request.model,
+            chat_id=text_completion_id(),
             include_usage=bool(options and options.include_usage),
             arrived=arrived,
             text_prompt=TextPrompt(request.prompt_text()),
         )
-        prepared.id = text_completion_id()
-        return prepared
 
     async def start(self, chat: PreparedChat) -> ChatRun:
         return await self.service.start(chat)

@@ -17,9 +17,9 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
-from gateway.engines.backend import Priority, TicketSpec, TokenChoice
+from gateway.engines.backend import Priority, SamplingParams, TicketSpec, TokenChoice
 from gateway.engines.grammar import for_grammar, strict_objects
-from gateway.engines.request_parts import Grammar
+from gateway.engines.request_parts import ChatMessage, Grammar
 from gateway.engines.tool_format import ToolChoice
 from gateway.errors import ShuttingDownError
 from gateway.protocol.completions import CompletionRequest
@@ -45,8 +45,8 @@ from gateway.serving.chat import (
     CarriedLogprobs,
     ChatRun,
     ChatService,
+    FieldNames,
     PreparedChat,
-    SamplingRequest,
     ToolUse,
 )
 from gateway.serving.messages import template_messages, tool_specs
@@ -67,19 +67,20 @@ class OpenAIChat:
         priority = Priority.parse(priority_header or request.priority, Priority.USER)
         options = request.stream_options
         messages = template_messages(request.messages)
-        prepared = await self.service.prepare_messages(
+        return await self.service.prepare_messages(
             tier,
             messages,
-            sampling_request(request),
+            sampling_params(request),
             priority,
             model_name=request.model,
             session=request.session,
             include_usage=bool(options and options.include_usage),
             arrived=arrived,
             tool_use=tool_use(request),
+            thinking=thinking_switch(request.reasoning_effort),
+            fields=FieldNames(max_tokens=max_tokens_field(request)),
+            ticket=lambda params: chat_ticket(request, messages, params),
         )
-        prepared.ticket = chat_ticket(request, prepared)
-        return prepared
 
     async def start(self, chat: PreparedChat) -> ChatRun:
         return await self.service.start(chat)
@@ -201,10 +202,13 @@ def legacy_delta(piece: CallStart | CallArguments) -> ChoiceDeltaFunction:
 CHAT_TASK = "chat"  # prompts/chat.toml: how a peer runs a chat ticket
 
 
-def chat_ticket(request: ChatCompletionRequest, prepared: PreparedChat) -> TicketSpec | None:
+def chat_ticket(
+    request: ChatCompletionRequest, messages: tuple[ChatMessage, ...], params: SamplingParams
+) -> TicketSpec | None:
     """The chat as a ticket for a peer (the ``chat`` task type), when it can be one: plain
-    text messages and the sampling a ticket carries; tools, response formats, logprobs,
-    penalties and logit bias keep it on this node."""
+    text messages and the sampling a ticket carries (``params``, as checked against the
+    context); tools, response formats, logprobs, penalties and logit bias keep it on this
+    node."""
     plain = all(
         m.role in ("system", "developer", "user", "assistant") and not m.tool_calls
         for m in request.messages
@@ -221,8 +225,7 @@ def chat_ticket(request: ChatCompletionRequest, prepared: PreparedChat) -> Ticke
     )
     if not plain or any(extras):
         return None
-    params = prepared.params
-    args = {"messages": json.dumps(list(prepared.messages), ensure_ascii=False)}
+    args = {"messages": json.dumps(list(messages), ensure_ascii=False)}
     args["temperature"] = repr(params.temperature)
     args["top_p"] = repr(params.top_p)
     if params.max_tokens is not None:
@@ -251,17 +254,20 @@ def openai_logprobs(choices: Sequence[TokenChoice]) -> ChoiceLogprobs:
     )
 
 
-def sampling_request(request: ChatCompletionRequest) -> SamplingRequest:
+def sampling_params(request: ChatCompletionRequest) -> SamplingParams:
     """The sampling a chat completion request asks for, in the gateway's own terms."""
     return openai_sampling(
         request,
         max_tokens=request.requested_max_tokens(),
-        max_tokens_param="max_completion_tokens" if request.max_completion_tokens else "max_tokens",
         grammar=response_format_grammar(request),
         logprobs=(request.top_logprobs or 0) if request.logprobs else None,
-        thinking=thinking_switch(request.reasoning_effort),
         reasoning_budget=request.thinking_token_budget,
     )
+
+
+def max_tokens_field(request: ChatCompletionRequest) -> str:
+    """The field that set the completion's length, named when it is refused."""
+    return "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
 
 
 def thinking_switch(effort: str | None) -> bool | None:
@@ -275,9 +281,9 @@ def thinking_switch(effort: str | None) -> bool | None:
 
 def openai_sampling(
     request: ChatCompletionRequest | CompletionRequest, **specific: Any
-) -> SamplingRequest:
+) -> SamplingParams:
     """The sampling fields OpenAI's chat and legacy completions share, with ``specific``."""
-    return SamplingRequest(
+    return SamplingParams(
         temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
         top_p=1.0 if request.top_p is None else request.top_p,
         seed=request.seed,

@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from gateway.engines.backend import Priority
+from gateway.engines.backend import Priority, SamplingParams
 from gateway.engines.request_parts import ChatMessage
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.protocol.openai import shorten
@@ -44,7 +44,7 @@ from gateway.protocol.responses_events import (
 from gateway.serving.chat import (
     DEFAULT_TEMPERATURE,
     ChatService,
-    SamplingRequest,
+    FieldNames,
 )
 from gateway.serving.openai_chat import thinking_switch
 from gateway.serving.response_run import ResponseRun
@@ -82,14 +82,11 @@ class ResponsesService:
         history = await self.history(request.previous_response_id)
         messages = conversation(request.instructions, history, items)
         effort = request.reasoning.effort if request.reasoning else None
-        sampling = SamplingRequest(
+        sampling = SamplingParams(
             max_tokens=request.max_output_tokens,
-            max_tokens_param="max_output_tokens",
             temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
             top_p=1.0 if request.top_p is None else request.top_p,
             grammar=text_grammar(request),
-            grammar_param="text.format",
-            thinking=thinking_switch(effort),
         )
         prepared = await self.service.prepare_messages(
             tier,
@@ -97,11 +94,13 @@ class ResponsesService:
             sampling,
             priority,
             model_name=request.model,
+            chat_id=new_id("resp"),
             session=request.session,
             arrived=arrived,
             tool_use=tool_use(request),
+            thinking=thinking_switch(effort),
+            fields=FieldNames(max_tokens="max_output_tokens", grammar="text.format"),
         )
-        prepared.id = new_id("resp")
         return ResponseRun(request, items, prepared)
 
     async def history(self, previous_response_id: str | None) -> list[InputItem]:

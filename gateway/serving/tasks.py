@@ -17,7 +17,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.engines.backend import Priority, TicketSpec
+from gateway.engines.backend import Priority, SamplingParams, TicketSpec
 from gateway.errors import UnprocessableError
 from gateway.protocol.openai import MAX_STOP_SEQUENCES, shorten
 from gateway.protocol.tasks import (
@@ -26,7 +26,7 @@ from gateway.protocol.tasks import (
     TaskResultEvent,
     TaskRunRequest,
 )
-from gateway.serving.chat import ChatRun, ChatService, PreparedChat, SamplingRequest
+from gateway.serving.chat import ChatRun, ChatService, FieldNames, PreparedChat
 from gateway.serving.tiers import Tier
 from gateway.tasks.catalogue import TaskPrompts
 from gateway.tasks.definitions import TaskType
@@ -48,9 +48,10 @@ class TaskService:
         self.chat = chat
 
     async def prepare(
-        self, task_id: str, request: TaskRunRequest, from_peer: bool = False
+        self, task_id: str, request: TaskRunRequest, ticket_id: str | None = None
     ) -> tuple[TaskType, PreparedChat]:
-        """``from_peer``: a ticket received from a peer, never sent on to another one."""
+        """``ticket_id``: the task is a ticket received from a peer, run under the ticket's
+        id and never sent on to another peer."""
         arrived = time.perf_counter()
         prompts = self.prompts
         task = prompts.get(task_id)
@@ -62,22 +63,22 @@ class TaskService:
             prompts.messages(task, args),
             sampling_arguments(
                 args,
-                SamplingRequest(
+                SamplingParams(
                     max_tokens=sampling.max_tokens,
                     temperature=sampling.temperature,
                     top_p=sampling.top_p,
                     grammar=task_grammar(task),
-                    grammar_param="task_type",
-                    clamp_to_cap=True,
                 ),
             ),
             Priority.parse(request.priority or task.spec.priority, Priority.TASK),
             model_name=tier.name,
+            chat_id=ticket_id,
             session=request.session,
             arrived=arrived,
+            fields=FieldNames(grammar="task_type"),
+            clamp_to_cap=True,
+            ticket=TicketSpec(task.id, args) if ticket_id is None else None,
         )
-        if not from_peer:
-            prepared.ticket = TicketSpec(task.id, args)
         return task, prepared
 
     async def start(self, task: TaskType, prepared: PreparedChat) -> TaskRun:
@@ -125,7 +126,7 @@ class TaskService:
 SAMPLING_ARGUMENTS = ("max_tokens", "temperature", "top_p", "seed", "stop")
 
 
-def sampling_arguments(args: dict[str, str], sampling: SamplingRequest) -> SamplingRequest:
+def sampling_arguments(args: dict[str, str], sampling: SamplingParams) -> SamplingParams:
     """``sampling`` with the values of the sampling arguments given (422 when malformed)."""
     changes: dict[str, Any] = {}
     for name in SAMPLING_ARGUMENTS:

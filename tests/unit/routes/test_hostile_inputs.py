@@ -27,7 +27,6 @@ from gateway.peers.signing import (
     ResponseSigner,
     sign,
 )
-from gateway.serving.chat import SamplingRequest
 from gateway.serving.tasks import sampling_arguments
 from tests.unit.fake_runner import FakeGeneration, FakeRunner
 
@@ -235,7 +234,7 @@ def test_response_events_are_signed_per_request_and_in_order() -> None:
 )
 def test_chat_ticket_sampling_is_bounded(args: dict[str, str], param: str) -> None:
     with pytest.raises(UnprocessableError) as refused:
-        sampling_arguments(args, SamplingRequest())
+        sampling_arguments(args, SamplingParams())
     assert refused.value.param == param
 
 

@@ -15,6 +15,7 @@ from gateway.engines.backend import (
     GenerationRequest,
     Priority,
     Prompt,
+    SamplingParams,
     Started,
     TokenEvent,
 )
@@ -25,7 +26,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.protocol.anthropic import MessagesRequest
 from gateway.protocol.openai import ChatCompletionRequest
 from gateway.serving.anthropic import AnthropicMessages
-from gateway.serving.chat import ChatService, SamplingRequest
+from gateway.serving.chat import ChatService
 from gateway.serving.hints import HintService
 from gateway.serving.openai_chat import OpenAIChat
 from gateway.serving.tiers import Tier, TierRegistry
@@ -103,7 +104,7 @@ async def test_a_tasks_own_grammar_is_not_opened_by_force() -> None:
     prepared = await chat_service.prepare_messages(
         tier,
         ({"role": "user", "content": "Hi"},),
-        SamplingRequest(grammar=own),
+        SamplingParams(grammar=own),
         Priority.TASK,
         model_name="fast",
     )
