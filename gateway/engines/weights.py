@@ -163,6 +163,7 @@ def load_model(
     still unevaluated, so the stacked experts are never read. Returns the model, its
     tokenizer and its config."""
     import mlx.core as mx
+    from mlx.utils import tree_flatten
     from mlx_lm import load
 
     model, tokenizer, config = cast(
@@ -172,13 +173,20 @@ def load_model(
         from gateway.engines.experts.switch import install
 
         install(model, folder, experts.plan, mode, experts.stats)
-    apply_weights(model, mode)
+    apply_weights(model, mode, evaluate=experts is None)
+    if experts is not None:
+        # One tensor at a time: each stored (float16) copy is freed before the next is read,
+        # instead of all of them living at once: a streamed tier's peak is its load (1.27 →
+        # 1.12 GiB for MODELS.md §6's model with 7 slots).
+        for _, parameter in cast(list[tuple[str, Any]], tree_flatten(model.parameters())):
+            mx.eval(parameter)
+        mx.clear_cache()  # the freed copies, kept by MLX for reuse otherwise
     mx.eval(model.parameters())
     return model, tokenizer, config
 
 
-def apply_weights(model: Any, mode: WeightsMode) -> None:
-    """Put a freshly loaded (lazy) mlx-lm model into ``mode``."""
+def apply_weights(model: Any, mode: WeightsMode, evaluate: bool = True) -> None:
+    """Put a freshly loaded (lazy) mlx-lm model into ``mode`` (evaluated unless not to)."""
     if mode == "native":
         return
     import mlx.core as mx
@@ -192,7 +200,8 @@ def apply_weights(model: Any, mode: WeightsMode) -> None:
         _dequantize_for_prefill(model)
     # set_dtype casts floating parameters only: packed uint32 weights stay as they are.
     model.set_dtype(mx.float32)
-    mx.eval(model.parameters())
+    if evaluate:
+        mx.eval(model.parameters())
 
 
 # Above this many tokens in one pass, a quantized layer's weight is dequantized for the pass.

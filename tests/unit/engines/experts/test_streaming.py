@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bench.synthetic import build_synthetic
-from gateway.engines.experts.bank import f16_to_f32
+from gateway.engines.experts.convert import f16_to_f32
 from gateway.engines.experts.plan import ExpertPlan, StreamedExperts
 from gateway.engines.experts.safetensors_index import index_folder
 from gateway.engines.experts.stats import CallbackListener, ExpertStats
