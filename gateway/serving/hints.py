@@ -137,22 +137,7 @@ class HintService:
     # -- the hint API ----------------------------------------------------------------------------
 
     async def post(self, request: TypingHintRequest) -> Hint:
-        messages, tier = self._conversation(request)
-        if request.previous_response_id is not None:
-            if self.stored_conversation is None:
-                raise InvalidRequestError(
-                    "this gateway stores no responses", param="previous_response_id"
-                )
-            stored = await self.stored_conversation(
-                request.previous_response_id, request.instructions
-            )
-            messages = (*stored, *messages)
-        if not tier.backend.capabilities.typing_hints:
-            raise InvalidRequestError(
-                f"tier {tier.name!r} ({tier.backend.kind} backend) cannot pre-compute typing "
-                "hints; use a local tier",
-                param="model",
-            )
+        messages, tier = await self._warmable_conversation(request)
         backend: Any = tier.backend  # a Warmable: its capabilities say so
         tools = tool_specs(request.tools)
         tokens = await backend.render_fixed_prefix(messages, request.draft, tools)
@@ -195,6 +180,29 @@ class HintService:
         self._followers.add(follower)
         follower.add_done_callback(self._followers.discard)
         return hint
+
+    async def _warmable_conversation(
+        self, request: TypingHintRequest
+    ) -> tuple[tuple[ChatMessage, ...], Tier]:
+        """The hint's whole conversation (a stored one it continues first) and its tier,
+        which must be able to warm a cache."""
+        messages, tier = self._conversation(request)
+        if request.previous_response_id is not None:
+            if self.stored_conversation is None:
+                raise InvalidRequestError(
+                    "this gateway stores no responses", param="previous_response_id"
+                )
+            stored = await self.stored_conversation(
+                request.previous_response_id, request.instructions
+            )
+            messages = (*stored, *messages)
+        if not tier.backend.capabilities.typing_hints:
+            raise InvalidRequestError(
+                f"tier {tier.name!r} ({tier.backend.kind} backend) cannot pre-compute typing "
+                "hints; use a local tier",
+                param="model",
+            )
+        return messages, tier
 
     def _conversation(self, request: TypingHintRequest) -> tuple[tuple[ChatMessage, ...], Tier]:
         """The messages a hint warms and the tier that will run them."""

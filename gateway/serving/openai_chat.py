@@ -50,7 +50,8 @@ from gateway.serving.chat import (
     ToolUse,
 )
 from gateway.serving.messages import template_messages, tool_specs
-from gateway.serving.tool_calls import CallArguments, CallStart
+from gateway.serving.reasoning import ReasoningPiece
+from gateway.serving.tool_calls import CallArguments, CallStart, ReplyPiece
 
 
 class OpenAIChat:
@@ -148,22 +149,9 @@ class OpenAIChat:
                     if text:
                         yield chunk(ChoiceDelta(content=text), logprobs=logprobs)
                     for piece in step.pieces:
-                        if legacy and isinstance(piece, CallStart | CallArguments):
-                            yield chunk(ChoiceDelta(function_call=legacy_delta(piece)))
-                        elif isinstance(piece, CallStart):
-                            call = ChoiceDeltaToolCall(
-                                index=piece.index,
-                                id=piece.id,
-                                type="function",
-                                function=ChoiceDeltaFunction(name=piece.name, arguments=""),
-                            )
-                            yield chunk(ChoiceDelta(tool_calls=[call]))
-                        elif isinstance(piece, CallArguments):
-                            call = ChoiceDeltaToolCall(
-                                index=piece.index,
-                                function=ChoiceDeltaFunction(arguments=piece.fragment),
-                            )
-                            yield chunk(ChoiceDelta(tool_calls=[call]))
+                        delta = call_delta(piece, legacy)
+                        if delta is not None:
+                            yield chunk(delta)
         except ShuttingDownError:
             # A proper end for the client's stream: a finish reason, then the error event.
             yield chunk(ChoiceDelta(), "length")
@@ -190,6 +178,25 @@ def legacy_functions(chat: PreparedChat) -> bool:
 
 def finish_reason(reason: str, legacy: bool) -> str:
     return "function_call" if legacy and reason == "tool_calls" else reason
+
+
+def call_delta(piece: ReplyPiece | ReasoningPiece, legacy: bool) -> ChoiceDelta | None:
+    """A piece of a tool call as a streamed delta: its start (index, id, name), then
+    fragments of its arguments; a legacy function call as ``function_call``. None for a
+    piece of anything else."""
+    if not isinstance(piece, CallStart | CallArguments):
+        return None
+    if legacy:
+        return ChoiceDelta(function_call=legacy_delta(piece))
+    if isinstance(piece, CallStart):
+        function = ChoiceDeltaFunction(name=piece.name, arguments="")
+        call = ChoiceDeltaToolCall(
+            index=piece.index, id=piece.id, type="function", function=function
+        )
+    else:
+        function = ChoiceDeltaFunction(arguments=piece.fragment)
+        call = ChoiceDeltaToolCall(index=piece.index, function=function)
+    return ChoiceDelta(tool_calls=[call])
 
 
 def legacy_delta(piece: CallStart | CallArguments) -> ChoiceDeltaFunction:
