@@ -31,6 +31,30 @@ from gateway.engines.reasoning import ReplyFormat
 from gateway.engines.request_parts import ChatMessage, Grammar, ToolSpec
 from gateway.errors import InvalidRequestError
 
+__all__ = [
+    "Backend",
+    "BackendEvent",
+    "BackendHealth",
+    "BackendKind",
+    "Capabilities",
+    "FinishReason",
+    "Finished",
+    "GenerationRequest",
+    "PrefillProgress",
+    "Priority",
+    "Prompt",
+    "SamplingParams",
+    "Started",
+    "TextPrompt",
+    "TicketSpec",
+    "TokenChoice",
+    "TokenEvent",
+    "TokenLogprob",
+    "Warmable",
+    "Warmup",
+    "continued",
+]
+
 FinishReason = Literal["stop", "length"]
 BackendKind = Literal["mlx", "openai", "mlx-distributed", "peer"]
 
