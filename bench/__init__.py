@@ -70,7 +70,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         help="ceiling: also the gateway's engine in this process (MLXRunner.generate, no HTTP)",
     )
     parser.add_argument(
-        "--slots", type=int, help="experts: expert slots per MoE layer (default 8 of 64)"
+        "--slots", type=int, help="experts: expert slots per MoE layer (default 7 of 64)"
     )
     parser.add_argument(
         "--context-tokens",

@@ -7,14 +7,15 @@ its own gateway process (peak RSS is the process's ``VmHWM``), all on the same f
 
 * ``resident``: the whole model in float32;
 * ``stream-lru`` / ``stream-lfu``: ``experts = "stream"`` with ``--slots`` per layer;
-* ``stream-<default policy>-cold``: the same, with the weights file dropped from the page
-  cache (``posix_fadvise(DONTNEED)``) before each of its runs.
+* ``stream-lru-cold`` / ``stream-lfu-cold``: the same, with the weights file dropped from
+  the page cache (``posix_fadvise(DONTNEED)``) before each of its runs.
 
-Warm variants run after the whole file was read once in the round (so "warm" means every
-expert is in the page cache). The same greedy request goes to every variant in turn (one
-discarded warm-up round, then N rounds); reported as min/median/max: decode tokens/s, time
-to first token, the expert hit ratio of each run (from ``/metrics``), and every variant's
-text compared with the resident one's.
+A warm variant runs right after the whole file was read (so "warm" means every expert is in
+the page cache). The same greedy request goes to every variant in turn, in an order that
+rotates each round (no variant always follows the same one); one discarded warm-up round,
+then N rounds; reported as min/median/max: decode tokens/s, time to first token, the expert
+hit ratio of each run (from ``/metrics``), and every variant's text compared with the
+resident one's. The host's load averages at the start and the end go into the result.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ SHAPE: dict[str, Any] = {
         "tie_word_embeddings": True,
     },
 }
-DEFAULT_SLOTS = 8  # 12.5% of the 64 experts (the issue asks for at most 15%)
+DEFAULT_SLOTS = 7  # 10.9% of the 64 experts (the issue asks for at most 15%)
 DEFAULT_POLICY = "lfu"
 PROMPT = [{"role": "user", "content": "Tell me a short story about a lighthouse keeper."}]
 HIT = re.compile(r'gateway_expert_cache_(hits|misses)_total\{tier="default"\} ([0-9.e+]+)')
@@ -97,7 +98,8 @@ def variants(slots: int) -> dict[str, dict[str, Any]]:
         "resident": {},
         "stream-lru": {**stream, "expert_policy": "lru"},
         "stream-lfu": {**stream, "expert_policy": "lfu"},
-        f"stream-{DEFAULT_POLICY}-cold": {**stream, "expert_policy": DEFAULT_POLICY},
+        "stream-lru-cold": {**stream, "expert_policy": "lru"},
+        "stream-lfu-cold": {**stream, "expert_policy": "lfu"},
     }
 
 
@@ -133,11 +135,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             health = gateways[name].http().get("/health").json()["tiers"]["default"]
             facts[name] = {"weights": health.get("weights"), "memory_bytes": health["memory_bytes"]}
         started = time.perf_counter()
+        facts["load_average_start"] = {"1_5_15_min": os.getloadavg()}
+        names = list(tiers)
         for run_index in range(args.runs + 1):
-            for name in tiers:  # resident first: it reads the file the cold variant drops
+            shift = run_index % len(names)
+            for name in names[shift:] + names[:shift]:
                 if name.endswith("-cold"):
                     drop_page_cache(folder)
-                elif name == "resident":
+                else:
                     warm_page_cache(folder)
                 before = expert_counts(gateways[name])
                 with gateways[name].http() as client:
@@ -150,6 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     rows[name]["hit_ratio"].append(hits / (hits + misses) if hits + misses else 1.0)
                 texts[name].add(streamed.text)
             print(f"round {run_index} done at {time.perf_counter() - started:.0f} s", flush=True)
+        facts["load_average_end"] = {"1_5_15_min": os.getloadavg()}
         for name, gateway in gateways.items():
             facts[name]["peak_rss_bytes"] = peak_rss_bytes(gateway.process.pid)
             weights = gateway.http().get("/health").json()["tiers"]["default"].get("weights")
@@ -180,7 +186,8 @@ def report(
     resident_rss = facts["resident"]["peak_rss_bytes"]
     resident_text = texts["resident"]
     checks: dict[str, Any] = {}
-    for name, fact in facts.items():
+    for name in rows:
+        fact = facts[name]
         share = fact["peak_rss_bytes"] / resident_rss if resident_rss else float("nan")
         speed = ratio(summaries[("decode_tps", name)], summaries[("decode_tps", "resident")])
         same = texts[name] == resident_text and len(resident_text) == 1
@@ -190,6 +197,10 @@ def report(
             f"resident), planned {fact['memory_bytes'] / 2**30:.2f} GiB, decode {speed:.0%} of "
             f"resident (medians), same greedy text: {same}"
         )
+    print(
+        f"load averages (1, 5, 15 min) at the start {facts['load_average_start']}, "
+        f"at the end {facts['load_average_end']}"
+    )
     return {
         "benchmark": "experts",
         "model": MODEL_NAME,
