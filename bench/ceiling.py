@@ -294,7 +294,9 @@ def step_profile(model: Any) -> dict[str, float]:
         rewind()
 
     parameters: Any = tree_flatten(model.parameters())
-    matrices = [value for _, value in parameters if value.ndim == 2]
+    # (Quantized weights are packed integers: their products are not comparable; skipped.)
+    floating = (mx.bfloat16, mx.float16, mx.float32)
+    matrices = [value for _, value in parameters if value.ndim == 2 and value.dtype in floating]
     vectors = {m.shape[1]: mx.random.normal((1, m.shape[1])).astype(m.dtype) for m in matrices}
     mx.eval(list(vectors.values()))
 
