@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bench.synthetic import build_synthetic
-from gateway.engines.experts.convert import f16_to_f32
+from gateway.engines.experts.convert import bf16_to_f32, f16_all_finite, f16_to_f32
 from gateway.engines.experts.plan import ExpertPlan, StreamedExperts
 from gateway.engines.experts.safetensors_index import index_folder
 from gateway.engines.experts.stats import CallbackListener, ExpertStats
@@ -133,6 +133,17 @@ def test_float16_conversion_is_exact() -> None:
     finite = every[(every & 0x7C00) != 0x7C00]
     expected = finite.view(np.float16).astype(np.float32)
     assert np.array_equal(f16_to_f32(finite).view(np.uint32), expected.view(np.uint32))
+    assert f16_all_finite(finite)
+    out = np.full(finite.size, np.nan, dtype=np.float32)  # written in place, as a slot is
+    assert f16_to_f32(finite, out, finite=True) is out
+    assert np.array_equal(out.view(np.uint32), expected.view(np.uint32))
     special = np.array([0x7C00, 0xFC00, 0x7E00, 0x3C00], dtype=np.uint16)  # inf, -inf, nan, 1
+    assert not f16_all_finite(special)
     converted = f16_to_f32(special)
     assert np.isinf(converted[:2]).all() and np.isnan(converted[2]) and converted[3] == 1.0
+
+
+def test_bfloat16_conversion_is_exact() -> None:
+    values = np.array([1.0, -2.5, 3.140625, 2.0**-130, -0.0], dtype=np.float32)
+    bits = (values.view(np.uint32) >> 16).astype(np.uint16)  # exact in bfloat16
+    assert np.array_equal(bf16_to_f32(bits).view(np.uint32), values.view(np.uint32))
