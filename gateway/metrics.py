@@ -3,6 +3,12 @@
 Names follow Prometheus conventions with the ``gateway_`` prefix; where vLLM or llama.cpp
 already have a well-known metric, ours is its counterpart (noted beside each family), so
 existing dashboards map over directly.
+
+The families are grouped by concern, one small class each (HTTP requests, the scheduler,
+generation, the prefix cache, hints and speculation, tiers, embeddings, model residency,
+distributed clusters, peers, expert streaming). ``GatewayMetrics`` is all of them on one
+registry: callers hold the one object and name a family directly (``metrics.peer_up``), so
+a family can move between groups without touching them.
 """
 
 from __future__ import annotations
@@ -18,30 +24,25 @@ EXPERT_READ_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-class GatewayMetrics:
-    """The gateway's metric families, registered in their own registry.
+class RequestMetrics:
+    """HTTP requests, counted by the outermost middleware."""
 
-    It is also the scheduler's observer (``gateway.scheduler.observer.SchedulerObserver``):
-    the scheduler reports its events here instead of importing this module.
-    """
-
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        r = self.registry
+    def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
             "gateway_requests",
             "HTTP requests by route and status.",
             ["route", "status"],
-            registry=r,
+            registry=registry,
         )
-        # vllm:time_to_first_token_seconds
-        self.time_to_first_token = Histogram(
-            "gateway_time_to_first_token_seconds",
-            "Time from a request's arrival to its first generated token.",
-            ["model", "cache"],  # cache: warm (part of the prompt reused) or cold
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
+
+
+class SchedulerMetrics:
+    """The inference slot, its queues and gates; the scheduler's observer
+    (``gateway.scheduler.observer.SchedulerObserver``), so the scheduler reports its events
+    here instead of importing this module. It publishes its lanes when it is built."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
         # vllm:request_queue_time_seconds
         self.queue_wait = Histogram(
             "gateway_queue_wait_seconds",
@@ -58,22 +59,6 @@ class GatewayMetrics:
         self.slot_busy = Gauge("gateway_slot_busy", "1 while a job holds the slot.", registry=r)
         self.slot_busy_seconds = Counter(
             "gateway_slot_busy_seconds", "Seconds the inference slot was held.", registry=r
-        )
-        # vllm:prompt_tokens_total, llamacpp:prompt_tokens_total
-        self.prompt_tokens = Counter(
-            "gateway_prompt_tokens", "Prompt tokens of finished requests.", ["model"], registry=r
-        )
-        # vllm:generation_tokens_total, llamacpp:tokens_predicted_total
-        self.generation_tokens = Counter(
-            "gateway_generation_tokens", "Generated tokens.", ["model"], registry=r
-        )
-        # llamacpp:predicted_tokens_seconds
-        self.decode_tokens_per_second = Histogram(
-            "gateway_decode_tokens_per_second",
-            "Decode speed of a finished generation (after its first token).",
-            ["model"],
-            buckets=TPS_BUCKETS,
-            registry=r,
         )
         # vllm:num_preemptions_total
         self.preemptions = Counter(
@@ -103,200 +88,6 @@ class GatewayMetrics:
         self.gate_closed = Gauge(
             "gateway_gate_closed", "1 while a scheduler gate holds work back.", ["gate"], registry=r
         )
-        # Typing hints and the prefix cache (vllm:prefix_cache_queries / prefix_cache_hits).
-        self.typing_hints = Counter(
-            "gateway_typing_hints", "Typing hints by outcome.", ["outcome"], registry=r
-        )
-        self.typing_hints_posted = Counter(
-            "gateway_typing_hints_posted", "Typing hints accepted (202).", registry=r
-        )
-        self.prompt_tokens_cached = Counter(
-            "gateway_prompt_tokens_cached",
-            "Prompt tokens served from a KV cache.",
-            ["model"],
-            registry=r,
-        )
-        self.prompt_tokens_computed = Counter(
-            "gateway_prompt_tokens_computed", "Prompt tokens prefilled.", ["model"], registry=r
-        )
-        self.prefix_cache_bytes = Gauge(
-            "gateway_prefix_cache_bytes", "Bytes held by the prefix KV-cache store.", registry=r
-        )
-        # Tiers and backends: the same request measured per tier and backend kind.
-        self.tier_requests = Counter(
-            "gateway_tier_requests",
-            "Chat requests by tier, backend kind and outcome (ok, error, cancelled).",
-            ["tier", "kind", "outcome"],
-            registry=r,
-        )
-        self.tier_time_to_first_token = Histogram(
-            "gateway_tier_time_to_first_token_seconds",
-            "Time from a request's arrival to its first token, by tier and backend kind.",
-            ["tier", "kind"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.tier_tokens = Counter(
-            "gateway_tier_tokens",
-            "Tokens by tier, backend kind and direction (prompt, generation).",
-            ["tier", "kind", "direction"],
-            registry=r,
-        )
-        # Embeddings (vllm:request_success_total and vllm:prompt_tokens_total of a pooling
-        # model): requests and the tokens of their inputs.
-        self.embedding_requests = Counter(
-            "gateway_embedding_requests",
-            "Embedding requests by tier and outcome (ok, error, cancelled).",
-            ["tier", "outcome"],
-            registry=r,
-        )
-        self.embedding_input_tokens = Counter(
-            "gateway_embedding_input_tokens",
-            "Tokens of the inputs embedded, by tier.",
-            ["tier"],
-            registry=r,
-        )
-        # Ollama's load/unload cycle, as metrics.
-        self.model_loads = Counter(
-            "gateway_model_loads", "Local models loaded into memory.", ["tier"], registry=r
-        )
-        self.model_unloads = Counter(
-            "gateway_model_unloads",
-            "Local models unloaded, by reason (keep_alive, budget, shutdown).",
-            ["tier", "reason"],
-            registry=r,
-        )
-        self.model_load_seconds = Histogram(
-            "gateway_model_load_seconds",
-            "Time to load a local model (in the inference slot).",
-            ["tier"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.model_loaded_bytes = Gauge(
-            "gateway_model_loaded_bytes",
-            "Memory held by a tier's loaded model (0 when unloaded).",
-            ["tier"],
-            registry=r,
-        )
-        self.upstream_errors = Counter(
-            "gateway_upstream_errors",
-            "Failures of upstream servers by tier and kind (timeout, transport, http_5xx...).",
-            ["tier", "error"],
-            registry=r,
-        )
-        # Distributed tiers (gateway.engines.distributed): mlx.launch clusters the gateway runs.
-        self.cluster_state = Enum(
-            "gateway_cluster_state",
-            "A distributed tier's cluster: starting, ready, restarting, failed or stopped.",
-            ["tier"],
-            states=["starting", "ready", "restarting", "failed", "stopped"],
-            registry=r,
-        )
-        self.cluster_restarts = Counter(
-            "gateway_cluster_restarts",
-            "Relaunches of a distributed tier's cluster after it died or never became ready.",
-            ["tier"],
-            registry=r,
-        )
-        # Speculative first tokens (no counterpart: nobody else sees the draft).
-        self.speculations = Counter(
-            "gateway_speculations",
-            "Speculative first tokens: started, used, discarded_<reason> (mismatch, sampling, "
-            "incomplete, preempted, superseded, unused, expired, failed).",
-            ["event"],
-            registry=r,
-        )
-        self.speculated_tokens_served = Counter(
-            "gateway_speculated_tokens_served",
-            "Tokens sent to clients from a speculation instead of being generated on Enter.",
-            registry=r,
-        )
-        # Peers (no vLLM/llama.cpp counterpart): tickets between gateways.
-        self.peer_tickets_sent = Counter(
-            "gateway_peer_tickets_sent",
-            "Tickets sent to a peer, by outcome (ok, failed_over, refused, cancelled).",
-            ["peer", "outcome"],
-            registry=r,
-        )
-        self.peer_tickets_received = Counter(
-            "gateway_peer_tickets_received",
-            "Tickets received from peers, by outcome (ok, busy, refused, error, cancelled).",
-            ["outcome"],
-            registry=r,
-        )
-        self.peer_failures = Counter(
-            "gateway_peer_failures",
-            "Peer failures by kind (unreachable, stalled, died, incompatible, refused).",
-            ["peer", "reason"],
-            registry=r,
-        )
-        self.peer_auth_refused = Counter(
-            "gateway_peer_auth_refused",
-            "Peer requests refused by this node, by reason (signature, timestamp, replay, "
-            "unsigned, tasks_hash, protocol).",
-            ["reason"],
-            registry=r,
-        )
-        self.peer_ticket_seconds = Histogram(
-            "gateway_peer_ticket_seconds",
-            "Time from sending a ticket to its last event.",
-            ["peer"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.peer_first_token_seconds = Histogram(
-            "gateway_peer_first_token_seconds",
-            "Time from sending a ticket to its first token.",
-            ["peer"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.peer_up = Gauge(
-            "gateway_peer_up",
-            "1 when a peer answers its heartbeat and is compatible.",
-            ["peer"],
-            registry=r,
-        )
-        self.peers_discovered = Gauge(
-            "gateway_peers_discovered",
-            "Peers found on the LAN (mDNS), by state: used, or refused (other task definitions "
-            "or protocol).",
-            ["state"],
-            registry=r,
-        )
-        # Expert streaming (gateway.engines.experts). No vLLM/llama.cpp counterpart; the
-        # hits and misses are counted per MoE layer and step (one lookup per routed expert).
-        self.expert_cache_hits = Counter(
-            "gateway_expert_cache_hits",
-            "Routed experts already in their layer's slots.",
-            ["tier"],
-            registry=r,
-        )
-        self.expert_cache_misses = Counter(
-            "gateway_expert_cache_misses",
-            "Routed experts read from disk into a slot.",
-            ["tier"],
-            registry=r,
-        )
-        self.expert_bytes_read = Counter(
-            "gateway_expert_bytes_read",
-            "Bytes of experts read from the weights files.",
-            ["tier"],
-            registry=r,
-        )
-        self.expert_read_seconds = Histogram(
-            "gateway_expert_read_seconds",
-            "Time to bring one layer's missing experts of a step in (read, convert, place).",
-            ["tier"],
-            buckets=EXPERT_READ_BUCKETS,
-            registry=r,
-        )
-
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
-
-    # -- the scheduler's observer (the scheduler publishes its lanes when it is built) ----------
 
     def job_rejected(self, lane: str, reason: str) -> None:
         self.rejections.labels(lane, reason).inc()
@@ -325,3 +116,318 @@ class GatewayMetrics:
             self.gate_closed.labels(name).set(1 if closed else 0)
         for lane, depth in depths.items():
             self.queue_depth.labels(lane).set(depth)
+
+
+class GenerationMetrics:
+    """What a chat generation took and gave, by model."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        # vllm:time_to_first_token_seconds
+        self.time_to_first_token = Histogram(
+            "gateway_time_to_first_token_seconds",
+            "Time from a request's arrival to its first generated token.",
+            ["model", "cache"],  # cache: warm (part of the prompt reused) or cold
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        # vllm:prompt_tokens_total, llamacpp:prompt_tokens_total
+        self.prompt_tokens = Counter(
+            "gateway_prompt_tokens", "Prompt tokens of finished requests.", ["model"], registry=r
+        )
+        # vllm:generation_tokens_total, llamacpp:tokens_predicted_total
+        self.generation_tokens = Counter(
+            "gateway_generation_tokens", "Generated tokens.", ["model"], registry=r
+        )
+        # llamacpp:predicted_tokens_seconds
+        self.decode_tokens_per_second = Histogram(
+            "gateway_decode_tokens_per_second",
+            "Decode speed of a finished generation (after its first token).",
+            ["model"],
+            buckets=TPS_BUCKETS,
+            registry=r,
+        )
+
+
+class PrefixCacheMetrics:
+    """The prefix KV-cache store (vllm:prefix_cache_queries / prefix_cache_hits)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.prompt_tokens_cached = Counter(
+            "gateway_prompt_tokens_cached",
+            "Prompt tokens served from a KV cache.",
+            ["model"],
+            registry=r,
+        )
+        self.prompt_tokens_computed = Counter(
+            "gateway_prompt_tokens_computed", "Prompt tokens prefilled.", ["model"], registry=r
+        )
+        self.prefix_cache_bytes = Gauge(
+            "gateway_prefix_cache_bytes", "Bytes held by the prefix KV-cache store.", registry=r
+        )
+
+
+class HintMetrics:
+    """Typing hints and the speculative first tokens they allow (no vLLM/llama.cpp
+    counterpart: nobody else sees the draft)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.typing_hints = Counter(
+            "gateway_typing_hints", "Typing hints by outcome.", ["outcome"], registry=r
+        )
+        self.typing_hints_posted = Counter(
+            "gateway_typing_hints_posted", "Typing hints accepted (202).", registry=r
+        )
+        self.speculations = Counter(
+            "gateway_speculations",
+            "Speculative first tokens: started, used, discarded_<reason> (mismatch, sampling, "
+            "incomplete, preempted, superseded, unused, expired, failed).",
+            ["event"],
+            registry=r,
+        )
+        self.speculated_tokens_served = Counter(
+            "gateway_speculated_tokens_served",
+            "Tokens sent to clients from a speculation instead of being generated on Enter.",
+            registry=r,
+        )
+
+
+class TierMetrics:
+    """Tiers and backends: the same request measured per tier and backend kind."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.tier_requests = Counter(
+            "gateway_tier_requests",
+            "Chat requests by tier, backend kind and outcome (ok, error, cancelled).",
+            ["tier", "kind", "outcome"],
+            registry=r,
+        )
+        self.tier_time_to_first_token = Histogram(
+            "gateway_tier_time_to_first_token_seconds",
+            "Time from a request's arrival to its first token, by tier and backend kind.",
+            ["tier", "kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tier_tokens = Counter(
+            "gateway_tier_tokens",
+            "Tokens by tier, backend kind and direction (prompt, generation).",
+            ["tier", "kind", "direction"],
+            registry=r,
+        )
+        self.upstream_errors = Counter(
+            "gateway_upstream_errors",
+            "Failures of upstream servers by tier and kind (timeout, transport, http_5xx...).",
+            ["tier", "error"],
+            registry=r,
+        )
+
+
+class EmbeddingMetrics:
+    """Embeddings (vllm:request_success_total and vllm:prompt_tokens_total of a pooling
+    model): requests and the tokens of their inputs."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.embedding_requests = Counter(
+            "gateway_embedding_requests",
+            "Embedding requests by tier and outcome (ok, error, cancelled).",
+            ["tier", "outcome"],
+            registry=registry,
+        )
+        self.embedding_input_tokens = Counter(
+            "gateway_embedding_input_tokens",
+            "Tokens of the inputs embedded, by tier.",
+            ["tier"],
+            registry=registry,
+        )
+
+
+class ResidencyMetrics:
+    """Ollama's load/unload cycle of local models, as metrics."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.model_loads = Counter(
+            "gateway_model_loads", "Local models loaded into memory.", ["tier"], registry=r
+        )
+        self.model_unloads = Counter(
+            "gateway_model_unloads",
+            "Local models unloaded, by reason (keep_alive, budget, shutdown).",
+            ["tier", "reason"],
+            registry=r,
+        )
+        self.model_load_seconds = Histogram(
+            "gateway_model_load_seconds",
+            "Time to load a local model (in the inference slot).",
+            ["tier"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.model_loaded_bytes = Gauge(
+            "gateway_model_loaded_bytes",
+            "Memory held by a tier's loaded model (0 when unloaded).",
+            ["tier"],
+            registry=r,
+        )
+
+
+class ClusterMetrics:
+    """Distributed tiers (``gateway.engines.distributed``): mlx.launch clusters the gateway
+    runs."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.cluster_state = Enum(
+            "gateway_cluster_state",
+            "A distributed tier's cluster: starting, ready, restarting, failed or stopped.",
+            ["tier"],
+            states=["starting", "ready", "restarting", "failed", "stopped"],
+            registry=registry,
+        )
+        self.cluster_restarts = Counter(
+            "gateway_cluster_restarts",
+            "Relaunches of a distributed tier's cluster after it died or never became ready.",
+            ["tier"],
+            registry=registry,
+        )
+
+
+class PeerMetrics:
+    """Peers (no vLLM/llama.cpp counterpart): tickets between gateways, their failures and
+    the peers known."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.peer_tickets_sent = Counter(
+            "gateway_peer_tickets_sent",
+            "Tickets sent to a peer, by outcome (ok, failed_over, refused, cancelled).",
+            ["peer", "outcome"],
+            registry=r,
+        )
+        self.peer_tickets_received = Counter(
+            "gateway_peer_tickets_received",
+            "Tickets received from peers, by outcome (ok, busy, refused, error, cancelled).",
+            ["outcome"],
+            registry=r,
+        )
+        self.peer_failures = Counter(
+            "gateway_peer_failures",
+            "Peer failures by kind (unreachable, stalled, died, incompatible, refused).",
+            ["peer", "reason"],
+            registry=r,
+        )
+        self.peer_auth_refused = Counter(
+            "gateway_peer_auth_refused",
+            "Peer requests refused by this node, by reason (signature, timestamp, replay, "
+            "unsigned, tasks_hash, protocol).",
+            ["reason"],
+            registry=r,
+        )
+        self._add_peer_timing_and_presence(r)
+
+    def _add_peer_timing_and_presence(self, r: CollectorRegistry) -> None:
+        self.peer_ticket_seconds = Histogram(
+            "gateway_peer_ticket_seconds",
+            "Time from sending a ticket to its last event.",
+            ["peer"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.peer_first_token_seconds = Histogram(
+            "gateway_peer_first_token_seconds",
+            "Time from sending a ticket to its first token.",
+            ["peer"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.peer_up = Gauge(
+            "gateway_peer_up",
+            "1 when a peer answers its heartbeat and is compatible.",
+            ["peer"],
+            registry=r,
+        )
+        self.peers_discovered = Gauge(
+            "gateway_peers_discovered",
+            "Peers found on the LAN (mDNS), by state: used, or refused (other task definitions "
+            "or protocol).",
+            ["state"],
+            registry=r,
+        )
+
+
+class ExpertMetrics:
+    """Expert streaming (``gateway.engines.experts``). No vLLM/llama.cpp counterpart; the
+    hits and misses are counted per MoE layer and step (one lookup per routed expert)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.expert_cache_hits = Counter(
+            "gateway_expert_cache_hits",
+            "Routed experts already in their layer's slots.",
+            ["tier"],
+            registry=r,
+        )
+        self.expert_cache_misses = Counter(
+            "gateway_expert_cache_misses",
+            "Routed experts read from disk into a slot.",
+            ["tier"],
+            registry=r,
+        )
+        self.expert_bytes_read = Counter(
+            "gateway_expert_bytes_read",
+            "Bytes of experts read from the weights files.",
+            ["tier"],
+            registry=r,
+        )
+        self.expert_read_seconds = Histogram(
+            "gateway_expert_read_seconds",
+            "Time to bring one layer's missing experts of a step in (read, convert, place).",
+            ["tier"],
+            buckets=EXPERT_READ_BUCKETS,
+            registry=r,
+        )
+
+
+_CONCERNS = (
+    RequestMetrics,
+    SchedulerMetrics,
+    GenerationMetrics,
+    PrefixCacheMetrics,
+    HintMetrics,
+    TierMetrics,
+    EmbeddingMetrics,
+    ResidencyMetrics,
+    ClusterMetrics,
+    PeerMetrics,
+    ExpertMetrics,
+)
+
+
+class GatewayMetrics(
+    RequestMetrics,
+    SchedulerMetrics,
+    GenerationMetrics,
+    PrefixCacheMetrics,
+    HintMetrics,
+    TierMetrics,
+    EmbeddingMetrics,
+    ResidencyMetrics,
+    ClusterMetrics,
+    PeerMetrics,
+    ExpertMetrics,
+):
+    """The gateway's metric families, every concern registered in one registry of its own.
+
+    It is also the scheduler's observer (``gateway.scheduler.observer.SchedulerObserver``),
+    through ``SchedulerMetrics``.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        for concern in _CONCERNS:
+            concern.__init__(self, self.registry)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
