@@ -3,14 +3,22 @@
 Each measured run has the same user request on an idle gateway, then while four long
 ``background`` generations are decoding (one in the slot, three queued), then while four
 ``background`` jobs with long prompts are still in prefill (one computing, three queued):
-the wait behind a decode step and the wait behind a prefill chunk, measured apart. The
-background streams are dropped after each so that every run starts from the same state.
+the wait behind a decode step and the wait behind a prefill chunk, measured apart. Beside
+the time to first token, each row has the user job's wait for the slot (submitted to
+started, from the gateway's ``gateway_queue_wait_seconds``): the part that is the running
+job's pass in flight. The background streams are dropped after each so that every run
+starts from the same state.
+
+With ``--baseline SRC`` a second gateway runs another version's source (a git worktree of an
+earlier commit); each run measures both, one after the other, so that a shared machine's
+load falls on both alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import threading
 import time
@@ -19,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from bench.process import RunningGateway, start_gateway
+from bench.process import RunningGateway, baseline_env, start_gateway
 from bench.stats import Summary, ratio, table, write_json
 from gateway.modelstore.store import DEFAULT_MODEL_ID
 
@@ -40,6 +48,26 @@ LONG_PROMPT = [
 ]
 BACKGROUND_JOBS = 4
 SEED = 1234
+
+
+def _slot_waits(client: httpx.Client) -> tuple[float, float]:
+    """The user lane's total wait for the slot and its count, from ``/metrics``."""
+    found = {"sum": 0.0, "count": 0.0}
+    for line in client.get("/metrics").text.splitlines():
+        for key in found:
+            if line.startswith(f'gateway_queue_wait_seconds_{key}{{priority="user"}}'):
+                found[key] = float(line.rsplit(" ", 1)[1])
+    return found["sum"], found["count"]
+
+
+def _measured(client: httpx.Client) -> tuple[float, float]:
+    """One user request's time to first token and its wait for the slot."""
+    waited, count = _slot_waits(client)
+    ttft = _ttft(client)
+    after, after_count = _slot_waits(client)
+    if after_count != count + 1:
+        raise RuntimeError(f"expected one more user job in the metrics: {count} -> {after_count}")
+    return ttft, after - waited
 
 
 def _ttft(client: httpx.Client, priority: str = "user") -> float:
@@ -126,53 +154,97 @@ class BackgroundLoad:
             time.sleep(0.02)
 
 
+ROWS = (
+    "idle gateway",
+    f"{BACKGROUND_JOBS} background decoding",
+    f"{BACKGROUND_JOBS} background in prefill",
+)
+
+
+class Variant:
+    """One gateway and what was measured on it, row by row."""
+
+    def __init__(self, name: str, gateway: RunningGateway) -> None:
+        self.name = name
+        self.gateway = gateway
+        self.ttft: dict[str, list[float]] = {row: [] for row in ROWS}
+        self.slot_wait: dict[str, list[float]] = {row: [] for row in ROWS}
+        self.still_in_prefill = 0
+
+    def run_once(self) -> None:
+        idle, decoding, prefilling = ROWS
+        with self.gateway.http() as client:
+            self._note(idle, _measured(client))
+            with BackgroundLoad(self.gateway):
+                self._note(decoding, _measured(client))
+            with BackgroundLoad(self.gateway, in_prefill=True) as load:
+                self._note(prefilling, _measured(client))
+                self.still_in_prefill += load.tokens_seen == 0
+
+    def _note(self, row: str, measured: tuple[float, float]) -> None:
+        self.ttft[row].append(measured[0])
+        self.slot_wait[row].append(measured[1])
+
+    def summaries(self, values: dict[str, list[float]]) -> dict[str, Summary]:
+        return {row: Summary.of(found[1:]) for row, found in values.items()}  # no warm-up
+
+    def report(self) -> dict[str, Any]:
+        ttft, waits = self.summaries(self.ttft), self.summaries(self.slot_wait)
+        idle, decoding, prefilling = ROWS
+        rows = [(f"{self.name}: user ttft_s", row, ttft[row]) for row in ROWS]
+        rows += [(f"{self.name}: user slot wait_s", row, waits[row]) for row in ROWS]
+        print(table(rows))
+        behind_decode, behind_prefill = (
+            ratio(ttft[decoding], ttft[idle]),
+            ratio(ttft[prefilling], ttft[idle]),
+        )
+        name = self.name
+        print(
+            f"{name}: loaded/idle time to first token (medians), behind decode: {behind_decode:.3f}"
+        )
+        print(f"{name}: the same behind prefill: {behind_prefill:.3f}")
+        print(f"{name}: runs with no background token by the user's first: {self.still_in_prefill}")
+        print()
+        return {
+            "idle_ttft_s": ttft[idle].as_dict(),
+            "loaded_ttft_s": ttft[decoding].as_dict(),
+            "prefill_loaded_ttft_s": ttft[prefilling].as_dict(),
+            "slot_wait_s": {row: waits[row].as_dict() for row in ROWS},
+            "ratio_loaded_over_idle": behind_decode,
+            "ratio_prefill_loaded_over_idle": behind_prefill,
+            "runs_background_still_in_prefill": self.still_in_prefill,
+        }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     # No prefix cache: every user request prefills its whole prompt in both variants.
-    gateway = start_gateway(workdir, {"cache": {"prefix_cache_bytes": 0}})
-    idle: list[float] = []
-    loaded: list[float] = []
-    prefilling: list[float] = []
-    still_in_prefill = 0
+    config = {"cache": {"prefix_cache_bytes": 0}}
+    variants: list[Variant] = []
     try:
-        with gateway.http() as client:
-            for _ in range(args.runs + 1):
-                idle.append(_ttft(client))
-                with BackgroundLoad(gateway):
-                    loaded.append(_ttft(client))
-                with BackgroundLoad(gateway, in_prefill=True) as load:
-                    prefilling.append(_ttft(client))
-                    still_in_prefill += load.tokens_seen == 0
-            final_view = gateway.scheduler()
+        variants.append(Variant("gateway", start_gateway(workdir / "gateway", config)))
+        if args.baseline:
+            baseline = start_gateway(
+                workdir / "baseline",
+                config,
+                extra_env=baseline_env(args.baseline),
+                cwd=workdir,  # outside this checkout: -m would import its gateway first
+            )
+            variants.append(Variant("baseline", baseline))
+        load = os.getloadavg()
+        for _ in range(args.runs + 1):
+            for variant in variants:
+                variant.run_once()
+        load_after = os.getloadavg()
     finally:
-        gateway.stop()
-    idle_s, loaded_s = Summary.of(idle[1:]), Summary.of(loaded[1:])
-    prefill_s = Summary.of(prefilling[1:])
-    print(
-        table(
-            [
-                ("user ttft_s", "idle gateway", idle_s),
-                ("user ttft_s", f"{BACKGROUND_JOBS} background decoding", loaded_s),
-                ("user ttft_s", f"{BACKGROUND_JOBS} background in prefill", prefill_s),
-            ]
-        )
-    )
-    slowdown = ratio(loaded_s, idle_s)
-    prefill_slowdown = ratio(prefill_s, idle_s)
-    print(f"\nloaded/idle time to first token (medians), behind decode: {slowdown:.3f}")
-    print(f"loaded/idle time to first token (medians), behind prefill: {prefill_slowdown:.3f}")
-    print(f"runs where no background token had come by the user's first: {still_in_prefill}")
-    return {
-        "benchmark": "priority",
-        "runs": args.runs,
-        "idle_ttft_s": idle_s.as_dict(),
-        "loaded_ttft_s": loaded_s.as_dict(),
-        "prefill_loaded_ttft_s": prefill_s.as_dict(),
-        "ratio_loaded_over_idle": slowdown,
-        "ratio_prefill_loaded_over_idle": prefill_slowdown,
-        "runs_background_still_in_prefill": still_in_prefill,
-        "completed_jobs": final_view["completed_jobs"],
-    }
+        for variant in variants:
+            variant.gateway.stop()
+    print(f"load average (1, 5, 15 min) at the start {load}, at the end {load_after}\n")
+    result: dict[str, Any] = {"benchmark": "priority", "runs": args.runs, "baseline": args.baseline}
+    result["load_average"] = {"start": load, "end": load_after}
+    for variant in variants:
+        result[variant.name] = variant.report()
+    return result
 
 
 def main(args: argparse.Namespace) -> int:

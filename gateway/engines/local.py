@@ -431,9 +431,9 @@ class LocalBackend:
                 self.prefix_store.insert(self.tier, PromptState(cache, tuple(tokens[:offset])))
 
     def _paced(self, runner: ModelRunner) -> ModelRunner:
-        """Prefill chunks sized by the scheduler (who may be waiting), where the runner can."""
-        if hasattr(runner, "prefill_pacer"):
-            runner.prefill_pacer = self.scheduler.prefill_chunk
+        """Chunks and decode steps paced by the scheduler (who may arrive), where it can."""
+        if hasattr(runner, "pacing"):
+            runner.pacing = self.scheduler
         return runner
 
     def note_typing(self) -> None:

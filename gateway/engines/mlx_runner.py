@@ -8,6 +8,7 @@ usage counts and the cache state left behind for reuse.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -41,6 +42,7 @@ from gateway.engines.weights import WeightsMode, default_mode, load_model
 
 if TYPE_CHECKING:
     from gateway.engines.experts.plan import StreamedExperts
+    from gateway.scheduler.pacing import Pacing
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,9 @@ log = logging.getLogger(__name__)
 # H200, 2,048 tokens of an 8B model take ~75 ms, and smaller chunks waste its width).
 PREFILL_CHUNK_TOKENS = {"metal": 512, "cuda": 2048, "cpu": 64}
 QUANTIZED_CPU_CHUNK = 256
+# A chunk with a time budget (``ChunkBudget.seconds``) is never cut below this: every pass
+# reads all the weights once, so a tinier chunk would cost about as long for fewer tokens.
+MIN_TIMED_CHUNK_TOKENS = 8
 
 
 class MLXGeneration:
@@ -119,7 +124,7 @@ class MLXGeneration:
         uncached = prompt[self.cached_tokens :]
         # Whole chunks are prefilled first, so that a long prompt can be paused or cancelled
         # between them; the last (partial) chunk goes with the first token's pass. The
-        # head's chunks are sized one by one (``prefill_pacer``), the tail's size by the
+        # head's chunks are sized one by one (``pacing``), the tail's size by the
         # chunk wanted now.
         chunk = runner._chunk_tokens()
         head = len(uncached) - (len(uncached) % chunk or chunk) if len(uncached) > chunk else 0
@@ -246,9 +251,11 @@ class MLXRunner:
             # Each chunk dequantizes every layer once (gateway.engines.weights): longer
             # chunks spread that cost over more tokens.
             self.prefill_chunk_tokens = max(self.prefill_chunk_tokens, QUANTIZED_CPU_CHUNK)
-        # The chunk size the scheduler wants now, from this engine's own (the scheduler's
-        # prefill_chunk: small while a user may be waiting); None: always the engine's own.
-        self.prefill_pacer: Callable[[int], int] | None = None
+        # Who may arrive, as the scheduler sees it: each prefill chunk's budget (small while a
+        # user may be waiting) and whether a decode step may be queued ahead. None: always
+        # the engine's own chunk, always one step ahead.
+        self.pacing: Pacing | None = None
+        self._seconds_per_token: float | None = None  # of the last prefill chunk
         self.template_knows_tools = template_knows_tools(
             getattr(self.tokenizer, "chat_template", None)
         )
@@ -357,14 +364,27 @@ class MLXRunner:
         done = 0
         while done < len(tokens):
             chunk = list(tokens[done : done + self._chunk_tokens()])
+            started = time.perf_counter()
             self.model(mx.array(chunk)[None], cache=cache)
             mx.eval([c.state for c in cache])
+            self._seconds_per_token = (time.perf_counter() - started) / len(chunk)
             done += len(chunk)
             yield done
 
     def _chunk_tokens(self) -> int:
-        pacer = self.prefill_pacer
-        return self.prefill_chunk_tokens if pacer is None else pacer(self.prefill_chunk_tokens)
+        """The next prefill chunk: the scheduler's budget, its seconds turned into tokens at
+        the pace of the last chunk (which grows with the context)."""
+        if self.pacing is None:
+            return self.prefill_chunk_tokens
+        budget = self.pacing.chunk_budget(self.prefill_chunk_tokens)
+        per_token = self._seconds_per_token
+        if budget.seconds is None or not per_token:
+            return budget.tokens
+        fitting = int(budget.seconds / per_token)
+        return max(min(MIN_TIMED_CHUNK_TOKENS, budget.tokens), min(budget.tokens, fitting))
+
+    def _decode_ahead(self) -> bool:
+        return self.pacing is None or self.pacing.decode_ahead()
 
     # -- embeddings --------------------------------------------------------------------------
 
@@ -454,7 +474,6 @@ class MLXRunner:
         cache) takes over from it.
         """
         import mlx.core as mx
-        from mlx_lm.generate import generate_step
 
         from gateway.engines.sampling import make_job_logits_processors, make_job_sampler
 
@@ -477,19 +496,53 @@ class MLXRunner:
         if max_tokens <= 1:
             return
         processors = [*make_job_logits_processors(params, 0), *grammar]  # completion only
-        steps = generate_step(
-            mx.array([first]),
-            self.model,
-            max_tokens=max_tokens - 1,
-            sampler=sampler,
-            logits_processors=processors or None,
-            prompt_cache=cache,
-        )
-        try:
-            for token, step_logprobs in steps:
-                yield int(token), step_logprobs
-        finally:
-            steps.close()
+        yield from self._decode_steps(first, cache, sampler, processors, max_tokens - 1)
+
+    def _decode_steps(
+        self,
+        first: int,
+        cache: KVCache,
+        sampler: Callable[[Any], Any],
+        processors: list[Callable[[Any, Any], Any]],
+        count: int,
+    ) -> Generator[tuple[int, Any], None, None]:
+        """``count`` tokens after ``first``, as mlx-lm's ``generate_step`` computes them: the
+        same pass on its generation stream, sampler and processors, each step queued while
+        the one before is still computing (so the device never waits for Python) — except
+        when the scheduler says not to (``Pacing.decode_ahead``: a job that a user may pause
+        at any moment). Then the step is queued only once the token before it is read, and
+        a job paused there leaves nothing computing behind it."""
+        import mlx.core as mx
+        from mlx_lm.generate import generation_stream
+
+        seen: Any = None  # the completion so far, as the processors see it
+
+        def step(token: Any) -> tuple[Any, Any]:
+            nonlocal seen
+            with mx.stream(generation_stream):
+                logits = self.model(token[None], cache=cache)[:, -1, :]
+                if processors:
+                    seen = token if seen is None else mx.concat([seen, token])
+                    for processor in processors:
+                        logits = processor(seen, logits)
+                logprobs = logits - mx.logsumexp(logits, keepdims=True)
+                return sampler(logprobs), logprobs.squeeze(0)
+
+        current = step(mx.array([first]))
+        mx.async_eval(*current)
+        for n in range(count):
+            # Like generate_step, also one step past the last token (it feeds that token
+            # into the cache, which the prefix store then holds).
+            ahead = step(current[0]) if self._decode_ahead() else None
+            if ahead is not None:
+                mx.async_eval(*ahead)
+            yield int(current[0].item()), current[1]
+            if n % 256 == 0:
+                mx.clear_cache()
+            if ahead is None:  # resumed (or going on) after a step not queued ahead
+                ahead = step(current[0])
+                mx.async_eval(*ahead)
+            current = ahead
 
 
 def mlx_memory() -> dict[str, int]:

@@ -1,37 +1,82 @@
-"""How many prompt tokens a prefill computes between two checks for preemption.
+"""How much the running job computes between two checks for preemption, by who may arrive.
 
-A chunk is the longest a waiting user job can be kept behind a running prefill, and each
-chunk boundary costs a little throughput (a GPU wants its width; a quantized CPU model
-dequantizes every layer once per chunk). So the size follows who may arrive:
+A waiting user job is kept behind the running job's pass in flight: a prefill chunk, or a
+decode step and the step queued ahead of it (pipelining: the next step is queued while the
+current one computes, so a device never waits for Python; a job paused there leaves that
+step computing beside the user's). Each check costs a little throughput (a GPU wants its
+width; every pass reads all the weights), so the grain follows who may arrive:
 
-* the running job is the user's own request: nothing may preempt it, so chunks are large;
-* a typing hint's prefill: the engine's own size (the request it prepares waits for it to
-  finish, so it must not be slowed; an unrelated request pauses it at the next chunk);
-* task or background work while a user job is waiting or the user is typing (a request is
-  likely within seconds): a quarter of the engine's size;
-* other task or background work: half of it. A user request may arrive unannounced at any
-  moment, and on a CPU the engine's own chunk at a long context takes ~0.2 s here (measured
-  by ``gateway bench priority``'s prefill row), the whole of a short chat's prefill.
+* the running job is the user's own request: nothing preempts it, so twice the engine's
+  chunk, and decode steps queued ahead;
+* a typing hint's prefill: the engine's own chunk (the request it prepares waits for it;
+  an unrelated request pauses it at the next chunk);
+* task or background work while a user may arrive — a user job is waiting, the user is
+  typing, or a user job ran within ``USER_ACTIVE_SECONDS`` (someone in a conversation
+  sends the next message within minutes, unannounced): chunks of about
+  ``SMALL_CHUNK_SECONDS`` of work (the runner turns that into tokens at its measured pace,
+  which slows as the context grows; at most a quarter of its own chunk), and no decode step
+  queued ahead. On this CPU a 64-token chunk at a ~5,000-token context took ~0.2 s, longer
+  than a short chat's whole prefill (``gateway bench priority``'s prefill row);
+* task or background work with nobody around: the engine's own chunk, steps queued ahead.
 
 The scheduler checks between chunks and between decode steps (``Scheduler._run_slice``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class ChunkBudget:
+    """How much one prefill chunk may compute before the scheduler looks again: at most
+    ``tokens``, and where ``seconds`` is set, about that long (the runner knows its speed)."""
+
+    tokens: int
+    seconds: float | None = None
+
+
+class Pacing(Protocol):
+    """What a runner asks the scheduler between two passes of the running job (the
+    scheduler knows who may arrive; the runner, how long its passes take)."""
+
+    def chunk_budget(self, base: int) -> ChunkBudget:
+        """The next prefill chunk's budget, for a runner whose own chunk is ``base`` tokens."""
+        ...
+
+    def decode_ahead(self) -> bool:
+        """Whether the next decode step may be queued before the current one is read."""
+        ...
+
+
 LARGE_FACTOR = 2  # bounded: a chunk's attention memory grows with its length
 SMALL_DIVISOR = 4
-BACKGROUND_DIVISOR = 2
-MIN_CHUNK_TOKENS = 16
+MIN_CHUNK_TOKENS = 16  # the small chunk's size before the runner has measured its pace
+SMALL_CHUNK_SECONDS = 0.04
+USER_ACTIVE_SECONDS = 120.0
 
 
-def prefill_chunk_tokens(
-    base: int, *, runs_user_job: bool, user_waiting: bool, typing: bool, runs_hint: bool = False
-) -> int:
-    """The next chunk's size for an engine whose own chunk is ``base`` tokens."""
+def user_may_arrive(*, user_waiting: bool, typing: bool, since_user_job: float) -> bool:
+    """Whether a user job is waiting or likely soon (``since_user_job``: seconds since one
+    last ran; 0 while one runs)."""
+    return user_waiting or typing or since_user_job < USER_ACTIVE_SECONDS
+
+
+def prefill_chunk_budget(
+    base: int, *, runs_user_job: bool, may_arrive: bool, runs_hint: bool = False
+) -> ChunkBudget:
+    """The next chunk's budget for an engine whose own chunk is ``base`` tokens."""
     if runs_user_job:
-        return base * LARGE_FACTOR
-    if runs_hint:
-        return base
-    if user_waiting or typing:
-        return max(MIN_CHUNK_TOKENS, base // SMALL_DIVISOR)
-    return max(MIN_CHUNK_TOKENS, base // BACKGROUND_DIVISOR)
+        return ChunkBudget(base * LARGE_FACTOR)
+    if runs_hint or not may_arrive:
+        return ChunkBudget(base)
+    return ChunkBudget(max(MIN_CHUNK_TOKENS, base // SMALL_DIVISOR), SMALL_CHUNK_SECONDS)
+
+
+def decodes_ahead(*, runs_user_job: bool, may_arrive: bool, stopping: bool) -> bool:
+    """Whether the running job may queue its next decode step before reading the current
+    one: not when it is about to stop (paused or cancelled) or a user may arrive."""
+    if stopping:
+        return False
+    return runs_user_job or not may_arrive

@@ -26,12 +26,12 @@ from typing import Any
 
 from gateway.engines.backend import Priority, TokenEvent
 from gateway.errors import QueueFullError, ServiceUnavailableError
-from gateway.scheduler import policy
+from gateway.scheduler import pacing, policy
 from gateway.scheduler.gates import GATE_NAMES, Gates
 from gateway.scheduler.handoff import EventHandoff
 from gateway.scheduler.jobs import Job, JobHandle, JobSpec, JobState
 from gateway.scheduler.observer import SchedulerObserver
-from gateway.scheduler.pacing import prefill_chunk_tokens
+from gateway.scheduler.pacing import ChunkBudget
 from gateway.scheduler.policy import OnWaiting, SchedulerConfig
 
 log = logging.getLogger(__name__)
@@ -147,19 +147,34 @@ class Scheduler:
         self._changed()
         return JobHandle(job, self._withdraw)
 
-    def prefill_chunk(self, base: int) -> int:
-        """The running job's next prefill chunk (called on the inference thread)."""
+    # -- pacing (``gateway.scheduler.pacing.Pacing``: asked on the inference thread) ---------
+
+    def chunk_budget(self, base: int) -> ChunkBudget:
+        """The running job's next prefill chunk (``gateway.scheduler.pacing``)."""
         running = self.running
-        now = self.clock()
-        closed = self.gates.closed(now)
-        return prefill_chunk_tokens(
+        return pacing.prefill_chunk_budget(
             base,
-            runs_user_job=running is not None
-            and running.priority is Priority.USER
-            and not running.hint,
+            runs_user_job=_runs_user_job(running),
             runs_hint=running is not None and running.hint,
+            may_arrive=self._user_may_arrive(),
+        )
+
+    def decode_ahead(self) -> bool:
+        """Whether the running job may queue a decode step ahead (``pacing.decodes_ahead``)."""
+        running = self.running
+        return pacing.decodes_ahead(
+            runs_user_job=_runs_user_job(running),
+            may_arrive=self._user_may_arrive(),
+            stopping=running is not None
+            and (running.preempt_requested or running.cancel_requested),
+        )
+
+    def _user_may_arrive(self) -> bool:
+        gates, now = self.gates, self.clock()
+        return pacing.user_may_arrive(
             user_waiting=policy.waiting(self.queues[Priority.USER]),
-            typing=closed["typing_lock"] or bool(self.gates.freeze_holders),
+            typing=gates.closed(now)["typing_lock"] or bool(gates.freeze_holders),
+            since_user_job=0.0 if gates.user_running else now - gates.last_user_end,
         )
 
     def note_typing(self) -> None:
@@ -419,6 +434,10 @@ class Scheduler:
         depths = {priority.label: len(queue) for priority, queue in self.queues.items()}
         depths[HINT_LANE] = len(self.hint_queue)
         self.observer.lanes_changed({name: closed[name] for name in GATE_NAMES}, depths)
+
+
+def _runs_user_job(running: Job | None) -> bool:
+    return running is not None and running.priority is Priority.USER and not running.hint
 
 
 def _label(job: Job) -> str:

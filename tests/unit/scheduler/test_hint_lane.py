@@ -4,10 +4,16 @@ user's requests and preemptible by them; prefill chunks sized by who may arrive.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 from gateway.engines.backend import Priority
 from gateway.scheduler.jobs import JobSpec, JobState
-from gateway.scheduler.pacing import prefill_chunk_tokens
+from gateway.scheduler.pacing import (
+    ChunkBudget,
+    decodes_ahead,
+    prefill_chunk_budget,
+    user_may_arrive,
+)
 from tests.unit.scheduler.test_slot import FakeEngine, blocked_slot, make_scheduler
 
 
@@ -82,15 +88,47 @@ async def test_a_user_job_would_not_wait_for_a_hint() -> None:
 
 def test_chunks_are_large_when_no_user_can_be_waiting_and_small_when_one_may() -> None:
     base = 64
-    assert prefill_chunk_tokens(base, runs_user_job=True, user_waiting=True, typing=True) > base
-    idle = prefill_chunk_tokens(base, runs_user_job=False, user_waiting=False, typing=False)
-    assert idle == base // 2  # a user may arrive unannounced
-    typing = prefill_chunk_tokens(base, runs_user_job=False, user_waiting=False, typing=True)
-    waiting = prefill_chunk_tokens(base, runs_user_job=False, user_waiting=True, typing=False)
-    assert typing < idle and waiting < idle and typing >= 16
+    assert prefill_chunk_budget(base, runs_user_job=True, may_arrive=True).tokens > base
+    nobody = prefill_chunk_budget(base, runs_user_job=False, may_arrive=False)
+    assert nobody == ChunkBudget(base)  # nobody around: the engine's own, no time limit
+    small = prefill_chunk_budget(base, runs_user_job=False, may_arrive=True)
+    assert small.tokens < base and small.tokens >= 16
+    assert small.seconds is not None and small.seconds <= 0.05
     # A hint's prefill keeps the engine's size: the request it prepares waits for it.
-    hint = prefill_chunk_tokens(
-        base, runs_user_job=False, user_waiting=True, typing=True, runs_hint=True
-    )
-    assert hint == base
-    assert prefill_chunk_tokens(512, runs_user_job=False, user_waiting=True, typing=False) == 128
+    hint = prefill_chunk_budget(base, runs_user_job=False, may_arrive=True, runs_hint=True)
+    assert hint == ChunkBudget(base)
+    assert prefill_chunk_budget(512, runs_user_job=False, may_arrive=True).tokens == 128
+
+
+def test_a_user_may_arrive_while_one_waits_types_or_was_here_lately() -> None:
+    assert user_may_arrive(user_waiting=True, typing=False, since_user_job=1e9)
+    assert user_may_arrive(user_waiting=False, typing=True, since_user_job=1e9)
+    assert user_may_arrive(user_waiting=False, typing=False, since_user_job=5.0)
+    assert not user_may_arrive(user_waiting=False, typing=False, since_user_job=1e9)
+
+
+def test_decode_steps_are_queued_ahead_only_when_no_user_may_arrive() -> None:
+    assert decodes_ahead(runs_user_job=True, may_arrive=True, stopping=False)
+    assert decodes_ahead(runs_user_job=False, may_arrive=False, stopping=False)
+    assert not decodes_ahead(runs_user_job=False, may_arrive=True, stopping=False)
+    assert not decodes_ahead(runs_user_job=True, may_arrive=False, stopping=True)
+
+
+async def test_background_work_is_paced_finely_once_a_user_has_been_here() -> None:
+    scheduler = make_scheduler()
+    await scheduler.start()
+    engine = FakeEngine()
+    seen: list[tuple[ChunkBudget, bool]] = []
+
+    def paced() -> Iterator[int]:  # asks as the runner does, on the inference thread
+        seen.append((scheduler.chunk_budget(64), scheduler.decode_ahead()))
+        yield 0
+
+    await scheduler.submit(JobSpec(Priority.BACKGROUND, paced)).wait()
+    await scheduler.submit(JobSpec(Priority.USER, engine.work("user", steps=1))).wait()
+    await scheduler.submit(JobSpec(Priority.BACKGROUND, paced)).wait()
+    nobody, after_user = seen
+    assert nobody == (ChunkBudget(64), True)  # nobody around: throughput
+    assert after_user[0].seconds is not None and after_user[0].tokens < 64
+    assert after_user[1] is False  # no decode step queued ahead of a possible pause
+    await scheduler.stop()

@@ -1,0 +1,129 @@
+"""The runner paced by the scheduler, on the real SmolLM2: a decode step not queued ahead
+(a user may arrive) leaves nothing computing behind a pause and changes no token; a
+prefill chunk's time budget becomes tokens at the measured pace."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import mlx.core as mx
+import pytest
+from mlx_lm.generate import generate_step
+
+from gateway.config import default_cache_dir
+from gateway.engines.backend import SamplingParams, TokenEvent
+from gateway.engines.device import choose_compute_path
+from gateway.engines.mlx_runner import MIN_TIMED_CHUNK_TOKENS, MLXRunner
+from gateway.engines.runner import PromptState
+from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
+from gateway.scheduler.pacing import ChunkBudget
+
+TOKENS = 24
+
+
+class ScriptedPacing:
+    """Queues a step ahead or not, by a script (a user arriving and leaving)."""
+
+    def __init__(self, ahead: Iterator[bool], budget: ChunkBudget | None = None) -> None:
+        self.ahead = ahead
+        self.budget = budget
+        self.asked = 0
+
+    def chunk_budget(self, base: int) -> ChunkBudget:
+        return self.budget or ChunkBudget(base)
+
+    def decode_ahead(self) -> bool:
+        self.asked += 1
+        return next(self.ahead)
+
+
+@pytest.fixture(scope="module")
+def runner() -> MLXRunner:
+    folder = ModelStore(default_cache_dir()).path_for(DEFAULT_MODEL_ID)
+    return MLXRunner(DEFAULT_MODEL_ID, folder, choose_compute_path())
+
+
+def prompt_of(runner: MLXRunner) -> list[int]:
+    return runner.render_chat([{"role": "user", "content": "Tell me about rivers."}])
+
+
+def tokens_of(runner: MLXRunner, params: SamplingParams) -> list[int]:
+    events = runner.generate(prompt_of(runner), params)
+    return [t for event in events if isinstance(event, TokenEvent) for t in event.token_ids]
+
+
+def alternating() -> Iterator[bool]:
+    while True:
+        yield from (True, False, False, True)
+
+
+def test_greedy_tokens_are_mlx_lms_whether_or_not_steps_are_queued_ahead(
+    runner: MLXRunner,
+) -> None:
+    prompt = prompt_of(runner)
+    reference = [
+        int(token)
+        for token, _ in generate_step(
+            mx.array(prompt), runner.model, max_tokens=TOKENS, prompt_cache=runner.new_cache()
+        )
+    ]
+    params = SamplingParams(max_tokens=TOKENS, temperature=0.0)
+    for script in (alternating(), iter(lambda: False, None)):
+        runner.pacing = pacing = ScriptedPacing(script)
+        try:
+            assert tokens_of(runner, params) == reference
+        finally:
+            runner.pacing = None
+        assert pacing.asked >= TOKENS - 1
+
+
+def test_sampled_tokens_do_not_depend_on_queuing_ahead(runner: MLXRunner) -> None:
+    params = SamplingParams(max_tokens=TOKENS, temperature=0.9, top_p=0.95, seed=7)
+    pipelined = tokens_of(runner, params)
+    runner.pacing = ScriptedPacing(alternating())
+    try:
+        assert tokens_of(runner, params) == pipelined
+    finally:
+        runner.pacing = None
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_a_paused_generation_leaves_a_step_computing_only_when_queued_ahead(
+    runner: MLXRunner, ahead: bool
+) -> None:
+    prompt = prompt_of(runner)
+    cache = runner.new_cache()
+    runner.pacing = ScriptedPacing(iter(lambda: ahead, None))
+    try:
+        generation = runner.generate(
+            prompt, SamplingParams(max_tokens=TOKENS, temperature=0.0), PromptState(cache, ())
+        )
+        produced = 0
+        for event in generation:  # paused after the third token, as the scheduler would
+            produced += isinstance(event, TokenEvent)
+            if produced == 3:
+                break
+        fed = runner.cache_length(cache)
+        generation.close()
+    finally:
+        runner.pacing = None
+    # Fed: the prompt and every token but the last read (the next step feeds that one).
+    assert fed == len(prompt) + 2 + (1 if ahead else 0)
+
+
+def test_a_time_budget_becomes_tokens_at_the_measured_pace(runner: MLXRunner) -> None:
+    runner.pacing = ScriptedPacing(iter(()), ChunkBudget(16, seconds=0.04))
+    try:
+        runner._seconds_per_token = None  # not measured yet: the budget's tokens
+        assert runner._chunk_tokens() == 16
+        runner._seconds_per_token = 0.002  # 20 would fit: at most the budget's tokens
+        assert runner._chunk_tokens() == 16
+        runner._seconds_per_token = 0.004  # 10 fit
+        assert runner._chunk_tokens() == 10
+        runner._seconds_per_token = 0.1  # none fits: the smallest worth a pass
+        assert runner._chunk_tokens() == MIN_TIMED_CHUNK_TOKENS
+        cache = runner.new_cache()
+        assert list(runner.prefill(list(range(100, 140)), cache))[-1] == 40
+        assert runner._seconds_per_token is not None and runner._seconds_per_token > 0
+    finally:
+        runner.pacing = None
