@@ -20,6 +20,10 @@ BENCHMARKS = {
     "embeddings": "POST /v1/embeddings inputs/s for batches of 1, 8 and 32 short texts",
     "versus": "the gateway vs mlx_lm.server: cold, multi-turn and hinted TTFT, decode tokens/s",
     "upstream": "an OpenAI-upstream tier vs the same mlx_lm.server called directly",
+    "distributed": (
+        "one process vs two mlx.launch ranks on loopback (pipeline, tensor) as gateway tiers: "
+        "TTFT, decode tokens/s, same greedy text, an idle cluster's CPU"
+    ),
     "models": "a 1B-shape 4-bit qwen3 from the HF cache: load, peak RSS, decode, float32 vs 4-bit",
     "experts": (
         "a 1.7B synthetic MoE streamed from disk (LRU, LFU; cold and warm page cache) vs fully "
@@ -41,7 +45,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--model-folder",
-        help="ceiling, versus: an mlx-lm model folder to measure instead of the embedded "
+        help="ceiling, versus, distributed: an mlx-lm model folder to measure instead of the embedded "
         "default (served under the default model's id)",
     )
     parser.add_argument(

@@ -1,5 +1,6 @@
-"""Each configured tier as a backend: a local model (engine, scheduler, prefix caches) or an
-OpenAI-compatible upstream server; then the registry that names them."""
+"""Each configured tier as a backend: a local model (engine, scheduler, prefix caches), an
+OpenAI-compatible upstream server, or a cluster of MLX's distributed engine (``clusters``);
+then the registry that names them."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.modelstore.store import KNOWN_MODELS
 from gateway.scheduler.slot import Scheduler
 from gateway.serving.tiers import Tier, TierRegistry
+from gateway.wiring.clusters import distributed_backend
 from gateway.wiring.kit import LocalModelKit
 
 
@@ -69,6 +71,8 @@ class TierBackends:
     def backend(self, name: str, tier: TierSettings) -> Backend:
         if tier.kind == "openai":
             return self.upstream(name, tier)
+        if tier.kind == "mlx-distributed":
+            return distributed_backend(name, tier, self.settings, self.metrics, self.scheduler)
         weights = self.weights.get(name)
         load = functools.partial(
             self.kit.build_runner, tier.model, self.compute, weights.mode if weights else "native"

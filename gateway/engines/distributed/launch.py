@@ -33,7 +33,8 @@ class ClusterHost:
     def as_json(self) -> dict[str, object]:
         entry: dict[str, object] = {"ssh": self.ssh, "ips": list(self.ips)}
         if self.rdma:
-            entry["rdma"] = list(self.rdma)
+            # TOML has no null: "" stands for a rank's own entry.
+            entry["rdma"] = [device or None for device in self.rdma]
         return entry
 
 
@@ -65,8 +66,15 @@ def default_launcher() -> tuple[str, ...]:
 
 
 def is_this_machine(name: str) -> bool:
-    host = socket.gethostname()
-    return name in (LOCAL_SSH, "localhost", host, f"{host}.local") or name.startswith("127.")
+    """127.x, localhost, or this host's name with or without ``.local`` (Bonjour's form, as
+    ``mlx.distributed_config`` writes hostfiles)."""
+    if name == "localhost" or name.startswith("127."):
+        return True
+    return _bare(name) == _bare(socket.gethostname())
+
+
+def _bare(host: str) -> str:
+    return host.lower().removesuffix(".local")
 
 
 def local_hosts(hosts: Sequence[ClusterHost]) -> tuple[ClusterHost, ...]:
@@ -112,9 +120,25 @@ def free_ports(count: int, attempts: int = 20) -> int:
 
 
 def launch_command(spec: ClusterSpec, hostfile: Path, http_port: int, ring_port: int) -> list[str]:
-    """``mlx.launch ... -- python -m mlx_lm.server`` for this cluster."""
+    """``mlx.launch ... -- python -m mlx_lm server`` for this cluster; one host is a plain
+    ``mlx_lm server`` (mlx.launch gives a lone ring rank an empty hostfile it cannot parse)."""
     env = {**OFFLINE_ENV, **spec.env}
-    command = [
+    server = [
+        "-m",
+        "mlx_lm",
+        "server",
+        "--model",
+        str(spec.model_folder),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(http_port),
+        *(["--pipeline"] if spec.sharding == "pipeline" and spec.ranks > 1 else []),
+        *spec.server_args,
+    ]
+    if spec.ranks == 1:
+        return [spec.python, *server]
+    return [
         *spec.launcher,
         "--backend",
         spec.backend,
@@ -126,18 +150,8 @@ def launch_command(spec: ClusterSpec, hostfile: Path, http_port: int, ring_port:
         spec.python,
         *(arg for key, value in env.items() for arg in ("--env", f"{key}={value}")),
         "--",
-        "-m",
-        "mlx_lm.server",
-        "--model",
-        str(spec.model_folder),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(http_port),
-        *(["--pipeline"] if spec.sharding == "pipeline" else []),
-        *spec.server_args,
+        *server,
     ]
-    return command
 
 
 def check_model_shards(folder: Path, sharding: Sharding, ranks: int) -> None:

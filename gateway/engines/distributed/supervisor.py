@@ -28,7 +28,7 @@ from typing import Literal
 
 import httpx
 
-from gateway.engines.distributed.launch import ClusterSpec, free_ports, hostfile_json
+from gateway.engines.distributed.launch import OFFLINE_ENV, ClusterSpec, free_ports, hostfile_json
 from gateway.engines.distributed.launch import launch_command as build_command
 
 log = logging.getLogger(__name__)
@@ -220,7 +220,8 @@ class ClusterSupervisor:
         return self._process
 
     def _environment(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = dict(os.environ)  # local ranks inherit it; remote ones get --env
+        env.update(OFFLINE_ENV)
         env.update(self.spec.env)
         return env
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ def test_the_command_runs_mlx_lm_server_on_loopback_offline() -> None:
         "--env", "TRANSFORMERS_OFFLINE=1",
         "--env", "A=1",
         "--",
-        "-m", "mlx_lm.server",
+        "-m", "mlx_lm", "server",
         "--model", "/models/big",
         "--host", "127.0.0.1",
         "--port", "8100",
@@ -56,8 +57,15 @@ def test_tensor_sharding_is_mlx_lm_servers_default_and_extra_flags_follow() -> N
     assert command[-2:] == ["--prompt-cache-size", "2"]
 
 
+def test_one_host_is_a_plain_mlx_lm_server() -> None:
+    one = spec(hosts=(ClusterHost("127.0.0.1"),), env={"A": "1"})
+    command = launch_command(one, Path("h"), 8100, 1)
+    assert command[:4] == ["/venv/bin/python", "-m", "mlx_lm", "server"]
+    assert "--pipeline" not in command
+
+
 def test_the_hostfile_is_mlx_launchs_format() -> None:
-    hosts = (ClusterHost("127.0.0.1", ("10.0.0.1",), (None, "rdma_en3")),)
+    hosts = (ClusterHost("127.0.0.1", ("10.0.0.1",), ("", "rdma_en3")),)
     assert json.loads(hostfile_json(spec(hosts=hosts, backend="jaccl"))) == {
         "backend": "jaccl",
         "hosts": [{"ssh": "127.0.0.1", "ips": ["10.0.0.1"], "rdma": [None, "rdma_en3"]}],
@@ -67,6 +75,8 @@ def test_the_hostfile_is_mlx_launchs_format() -> None:
 def test_rank_0_must_be_this_machine_and_runs_without_ssh() -> None:
     hosts = local_hosts([ClusterHost("localhost"), ClusterHost("mac2", ("10.0.0.2",))])
     assert hosts == (ClusterHost("127.0.0.1", ("127.0.0.1",)), ClusterHost("mac2", ("10.0.0.2",)))
+    bonjour = f"{socket.gethostname().removesuffix('.local').upper()}.local"
+    assert local_hosts([ClusterHost(bonjour, ("10.0.0.1",))])[0].ssh == "127.0.0.1"
     with pytest.raises(ValueError, match=r"rank 0 .*must be this machine"):
         local_hosts([ClusterHost("mac2", ("10.0.0.2",)), ClusterHost("127.0.0.1")])
 
