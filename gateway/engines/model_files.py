@@ -56,16 +56,17 @@ def save_weights(path: Path, weights: dict[str, Any]) -> None:
 
 
 def logits_are_finite(folder: Path, prompt: str) -> bool:
-    """Load the model in ``folder`` with mlx-lm and run ``prompt`` through it once: whether
-    every logit is finite (an import that went wrong shows as inf or nan)."""
+    """Load the model in ``folder`` as the gateway loads it (``weights.load_model``) and run
+    ``prompt`` through it once: whether every logit is finite (an import that went wrong
+    shows as inf or nan)."""
     import mlx.core as mx
-    from mlx_lm import load
 
-    loaded = load(str(folder))
-    model, tokenizer = loaded[0], loaded[1]
-    if mx.default_device().type == mx.DeviceType.cpu:
-        # MLX's CPU gather_mm (MoE experts) takes float32 only: a float16 or bfloat16 MoE
-        # would fail here though it serves fine (float32 activations on a CPU).
-        model.set_dtype(mx.float32)
+    from gateway.engines.weights import load_model
+
+    # On a CPU float32 activations (MLX's CPU gather_mm, MoE experts, takes float32 only: a
+    # float16 or bfloat16 MoE would fail here though it serves fine), quantized weights kept
+    # packed: the cheapest form that computes as serving does.
+    cpu = mx.default_device().type == mx.DeviceType.cpu
+    model, tokenizer, _config = load_model(folder, "quantized" if cpu else "native")
     logits = model(mx.array(tokenizer.encode(prompt))[None])
     return bool(mx.all(mx.isfinite(logits)).item())
