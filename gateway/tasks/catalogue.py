@@ -120,11 +120,15 @@ class TaskPrompts(Generic[TierT]):
 
     def messages(self, task: TaskType, args: dict[str, str]) -> tuple[ChatMessage, ...]:
         """The task's conversation: the static part, then the arguments."""
-        static = task.static_text()
-        head: list[ChatMessage] = [{"role": "system", "content": static}] if static.strip() else []
+        head = self._static_head(task)
         if task.spec.messages_argument:
             return (*head, *self._chat_messages(task.spec.messages_argument, args))
         return (*head, {"role": "user", "content": task.dynamic_text(args)})
+
+    @staticmethod
+    def _static_head(task: TaskType) -> list[ChatMessage]:
+        static = task.static_text()
+        return [{"role": "system", "content": static}] if static.strip() else []
 
     @staticmethod
     def _chat_messages(name: str, args: dict[str, str]) -> list[ChatMessage]:
@@ -158,7 +162,8 @@ class TaskPrompts(Generic[TierT]):
         argument is known (the hint then covers the whole prompt)."""
         args = self.check_args(task, args, partial=True)
         complete = all(n in args for n, s in task.arguments.items() if s.required)
-        messages = self.messages(task, args) if complete else self.messages(task, {})[:1]
+        # Not messages(task, {}): a chat task's messages argument would be missing (a 500).
+        messages = self.messages(task, args) if complete else tuple(self._static_head(task))
         if not messages:
             raise UnprocessableError(f"task {task.id!r} has no static part to warm", param="task")
         return messages
