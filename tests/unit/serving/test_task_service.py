@@ -4,92 +4,16 @@ prompts, the task's own sampling and grammar, thinking split from the output, a 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import AsyncGenerator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from gateway.engines.backend import (
-    BackendEvent,
-    Finished,
-    GenerationRequest,
-    Priority,
-    SamplingParams,
-    Started,
-    TicketSpec,
-    TokenEvent,
-)
+from gateway.engines.backend import Priority, SamplingParams, TicketSpec
 from gateway.errors import NotFoundError, UnprocessableError
-from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import MAX_STOP_SEQUENCES
 from gateway.protocol.tasks import TaskRunRequest
-from gateway.serving.chat import ChatService
-from gateway.serving.hints import HintService
-from gateway.serving.tasks import TaskService, sampling_arguments
-from gateway.serving.tiers import Tier, TierRegistry
-from gateway.tasks.catalogue import TaskPrompts
-from gateway.tasks.definitions import TaskCatalog
-from tests.unit.fake_backend import FakeBackend
-
-VERDICT = """
-priority = "background"
-tier = "slow"
-[sampling]
-max_tokens = 200
-temperature = 0.0
-[arguments.answer]
-max_length = 20
-[arguments.note]
-required = false
-[thinking]
-tag = "review"
-checklist = ["Read it."]
-[output]
-type = "json"
-schema = '{"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}'
-[templates]
-static = "Judge the answer."
-dynamic = "Answer: {{ answer }}"
-"""
-CHAT = """
-messages_argument = "messages"
-tier = "nowhere"
-[arguments.messages]
-[arguments.temperature]
-required = false
-[templates]
-static = ""
-"""
-
-
-class ScriptedBackend(FakeBackend):
-    """Answers the pieces of ``answer`` in order, then stops (or runs out of tokens)."""
-
-    answer: tuple[str, ...] = ("<review>", "fine", "</review>\n", '{"ok": ', "true}")
-    finish = "stop"
-
-    async def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
-        self.requests.append(request)
-        prompt = len(request.prompt.tokens or ())
-        yield Started(prompt, 0)
-        for index, text in enumerate(self.answer):
-            yield TokenEvent(text, (index,))
-        yield Finished(self.finish, prompt, len(self.answer))  # type: ignore[arg-type]
-
-
-def make(tmp_path: Path) -> tuple[TaskService, dict[str, ScriptedBackend]]:
-    (tmp_path / "verdict.toml").write_text(VERDICT)
-    (tmp_path / "chat.toml").write_text(CHAT)
-    backends = {name: ScriptedBackend(name) for name in ("fast", "slow")}
-    for backend in backends.values():
-        backend.capabilities = replace(backend.capabilities, structured_output=True)
-    tiers = {name: Tier(name, backend, 0) for name, backend in backends.items()}
-    registry = TierRegistry(tiers, {}, "fast")  # type: ignore[arg-type]
-    metrics = GatewayMetrics()
-    chat = ChatService(registry, metrics, HintService(registry, metrics, 60))
-    return TaskService(TaskPrompts(TaskCatalog.load([tmp_path]), registry), chat), backends
+from gateway.serving.tasks import sampling_arguments
+from tests.unit.fake_tasks import make_task_service
 
 
 def run_request(**args: str) -> TaskRunRequest:
@@ -99,7 +23,7 @@ def run_request(**args: str) -> TaskRunRequest:
 async def test_a_task_runs_on_its_tier_with_its_prompt_sampling_and_grammar(
     tmp_path: Path,
 ) -> None:
-    service, backends = make(tmp_path)
+    service, backends = make_task_service(tmp_path)
     task, prepared = await service.prepare("verdict", run_request(answer="42"))
     result = await service.complete(await service.start(task, prepared))
     sent = backends["slow"].requests[0]
@@ -118,7 +42,7 @@ async def test_a_task_runs_on_its_tier_with_its_prompt_sampling_and_grammar(
 
 
 async def test_deltas_split_thinking_from_output(tmp_path: Path) -> None:
-    service, _ = make(tmp_path)
+    service, _ = make_task_service(tmp_path)
     task, prepared = await service.prepare("verdict", run_request(answer="42"))
     run = await service.start(task, prepared)
     deltas = [(d.type, d.delta) async for d in service.deltas(run)]
@@ -127,7 +51,7 @@ async def test_deltas_split_thinking_from_output(tmp_path: Path) -> None:
 
 
 async def test_json_cut_by_max_tokens_gives_no_output_and_length(tmp_path: Path) -> None:
-    service, backends = make(tmp_path)
+    service, backends = make_task_service(tmp_path)
     backends["slow"].answer = ("<review>", "hm</review>", '{"ok"')
     backends["slow"].finish = "length"
     task, prepared = await service.prepare("verdict", run_request(answer="42"))
@@ -138,7 +62,7 @@ async def test_json_cut_by_max_tokens_gives_no_output_and_length(tmp_path: Path)
 async def test_a_received_ticket_runs_under_its_id_and_is_not_a_ticket_again(
     tmp_path: Path,
 ) -> None:
-    service, backends = make(tmp_path)
+    service, backends = make_task_service(tmp_path)
     task, prepared = await service.prepare("verdict", run_request(answer="1"), "chatcmpl-peer7")
     result = await service.complete(await service.start(task, prepared))
     assert backends["slow"].requests[0].ticket is None
@@ -148,7 +72,7 @@ async def test_a_received_ticket_runs_under_its_id_and_is_not_a_ticket_again(
 async def test_a_chat_task_takes_its_messages_and_sampling_from_arguments(
     tmp_path: Path,
 ) -> None:
-    service, backends = make(tmp_path)
+    service, backends = make_task_service(tmp_path)
     messages = [{"role": "user", "content": "Hi"}]
     args = {"messages": json.dumps(messages), "temperature": "0.7"}
     task, prepared = await service.prepare("chat", run_request(**args))
@@ -177,7 +101,7 @@ async def test_a_chat_task_takes_its_messages_and_sampling_from_arguments(
 async def test_bad_arguments_are_refused_naming_the_argument(
     tmp_path: Path, task_id: str, args: dict[str, str], param: str
 ) -> None:
-    service, backends = make(tmp_path)
+    service, backends = make_task_service(tmp_path)
     with pytest.raises(UnprocessableError) as refused:
         await service.prepare(task_id, run_request(**args))
     assert refused.value.param == param
@@ -185,7 +109,7 @@ async def test_bad_arguments_are_refused_naming_the_argument(
 
 
 async def test_an_argument_that_is_not_a_string_is_refused(tmp_path: Path) -> None:
-    service, _ = make(tmp_path)
+    service, _ = make_task_service(tmp_path)
     request = TaskRunRequest.model_validate({"args": {"answer": 42}})
     with pytest.raises(UnprocessableError) as refused:
         await service.prepare("verdict", request)
@@ -193,14 +117,14 @@ async def test_an_argument_that_is_not_a_string_is_refused(tmp_path: Path) -> No
 
 
 async def test_an_unknown_task_is_not_found_and_the_known_are_named(tmp_path: Path) -> None:
-    service, _ = make(tmp_path)
+    service, _ = make_task_service(tmp_path)
     with pytest.raises(NotFoundError) as refused:
         await service.prepare("nope", run_request())
     assert refused.value.param == "task_type" and "chat, verdict" in str(refused.value)
 
 
 def test_the_catalogue_describes_every_task_on_its_tier(tmp_path: Path) -> None:
-    service, _ = make(tmp_path)
+    service, _ = make_task_service(tmp_path)
     listing = service.prompts.catalogue()
     assert [t.id for t in listing.data] == ["chat", "verdict"]
     verdict = listing.data[1]
@@ -216,7 +140,7 @@ def test_the_catalogue_describes_every_task_on_its_tier(tmp_path: Path) -> None:
 def test_a_hint_warms_the_static_part_until_every_required_argument_is_known(
     tmp_path: Path,
 ) -> None:
-    service, _ = make(tmp_path)
+    service, _ = make_task_service(tmp_path)
     prompts = service.prompts
     verdict, chat = prompts.get("verdict"), prompts.get("chat")
     assert prompts.hint_messages(verdict, {"note": "n"}) == (
@@ -258,4 +182,3 @@ def test_a_malformed_or_out_of_range_sampling_argument_is_refused(name: str, val
     with pytest.raises(UnprocessableError) as refused:
         sampling_arguments({name: value}, BASE)
     assert refused.value.param == f"args.{name}"
-    assert not math.isnan(float(BASE.temperature))
