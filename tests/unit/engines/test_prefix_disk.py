@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gateway.engines.prefix_disk import DiskPrefixes
+from gateway.engines.prefix_disk import DiskPrefixes, weights_fingerprint
 
 MODEL, PRINT = "smol", "abc123"
 
@@ -126,7 +126,7 @@ def random_data(path: Path) -> None:
     path.write_bytes(bytes(raw))
 
 
-DAMAGE: dict[str, Callable[[Path], None]] = {
+DAMAGE: dict[str, Callable[[Path], object]] = {
     "header not an object": lambda p: rewrite_header(p, lambda h: [1, 2, 3]),
     "header metadata not strings": lambda p: rewrite_header(
         p, lambda h: {**h, "__metadata__": {"0.tokens": [1]}}
@@ -190,3 +190,62 @@ def test_partial_files_left_by_a_crash_are_removed_at_start(tmp_path: Path) -> N
     leftover.write_bytes(b"\0" * 1000)
     DiskPrefixes(tmp_path, 1 << 30)
     assert not leftover.exists()
+
+
+# -- the budget, recency, the fingerprint, the command line ---------------------------------------
+
+
+def test_an_entry_bigger_than_the_whole_budget_is_not_kept(tmp_path: Path) -> None:
+    probe = saved(tmp_path / "probe", SYSTEM)
+    one = files(tmp_path / "probe")[0].stat().st_size
+    disk = DiskPrefixes(tmp_path / "small", one - 1)
+    assert disk.save(MODEL, PRINT, SYSTEM, make_cache(len(SYSTEM))) is False
+    assert files(tmp_path / "small") == [] and list((tmp_path / "small").rglob("*partial*")) == []
+    assert probe.best(MODEL, PRINT, [*SYSTEM, 1], better_than=0) is not None
+
+
+def test_a_disk_without_bytes_keeps_nothing(tmp_path: Path) -> None:
+    disk = DiskPrefixes(tmp_path, 0)
+    assert disk.save(MODEL, PRINT, SYSTEM, make_cache(len(SYSTEM))) is False
+    assert disk.best(MODEL, PRINT, [*SYSTEM, 1], better_than=0) is None and files(tmp_path) == []
+
+
+def test_an_entry_that_was_loaded_is_evicted_after_one_that_was_not(tmp_path: Path) -> None:
+    disk = saved(tmp_path, SYSTEM)
+    other = [7, *SYSTEM[1:]]
+    assert disk.save(MODEL, PRINT, other, make_cache(len(other)))
+    first, second = (e.path for e in disk.entries(MODEL, PRINT))
+    os.utime(first, (1, 1))
+    os.utime(second, (2, 2))  # the first is the older...
+    hit = disk.best(MODEL, PRINT, [*SYSTEM, 1], better_than=0)
+    assert hit is not None and hit.entry.path == first and disk.load(hit) is not None
+    disk.max_bytes = 2 * first.stat().st_size + first.stat().st_size // 2
+    third = [8, *SYSTEM[1:]]
+    assert disk.save(MODEL, PRINT, third, make_cache(len(third)))  # ...but was used since
+    assert first.exists() and not second.exists()
+
+
+def test_the_fingerprint_follows_the_weights_files_and_their_form(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"hidden_size": 64}')
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"\0" * 100)
+    print_ = weights_fingerprint(tmp_path)
+    assert weights_fingerprint(tmp_path) == print_  # stable
+    assert weights_fingerprint(tmp_path, "q4") != print_  # another form of the same files
+    weights.write_bytes(b"\0" * 101)
+    assert weights_fingerprint(tmp_path) != print_  # another import
+    changed = weights_fingerprint(tmp_path)
+    (tmp_path / "config.json").write_text('{"hidden_size": 128}')
+    assert weights_fingerprint(tmp_path) != changed
+
+
+def test_list_shows_every_model_and_import_and_clear_removes_them(tmp_path: Path) -> None:
+    disk = saved(tmp_path, SYSTEM)
+    assert disk.save("big", "p2", SYSTEM, make_cache(len(SYSTEM)))
+    listed = DiskPrefixes(tmp_path, 1 << 30).list()
+    assert sorted((e.model, e.fingerprint, len(e.tokens)) for e in listed) == [
+        ("big", "p2", len(SYSTEM)),
+        (MODEL, PRINT, len(SYSTEM)),
+    ]
+    assert disk.clear() == 2 and files(tmp_path) == []
+    assert disk.best(MODEL, PRINT, [*SYSTEM, 1], better_than=0) is None
