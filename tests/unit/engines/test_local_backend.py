@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from gateway.engines.backend import (
 )
 from gateway.engines.embedding import EmbeddingInput
 from gateway.engines.local import LocalBackend
+from gateway.engines.prefix_disk import DiskPrefixes
 from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.residency import LocalModels, Resident
 from gateway.engines.runner import PromptState
@@ -103,7 +105,10 @@ async def slot() -> AsyncIterator[Scheduler]:
 
 
 def make(
-    slot: Scheduler, tiers: Sequence[str] = ("fast",), budget: int = 1000
+    slot: Scheduler,
+    tiers: Sequence[str] = ("fast",),
+    budget: int = 1000,
+    disk: DiskPrefixes | None = None,
 ) -> tuple[list[LocalBackend], PrefixCacheStore, list[CacheRunner]]:
     models = LocalModels(slot, GatewayMetrics(), budget, lambda: {"active": 0, "peak": 0})
     store = PrefixCacheStore(1 << 30)
@@ -113,16 +118,10 @@ def make(
         runners.append(CacheRunner())
         return runners[-1]
 
-    backends = [
-        LocalBackend(
-            name,
-            models.register(Resident(name, f"model-{name}", load, 100, 0)),
-            models,
-            slot,
-            store,
-        )
-        for name in tiers
-    ]
+    backends = []
+    for name in tiers:
+        resident = models.register(Resident(name, f"model-{name}", load, 100, 0))
+        backends.append(LocalBackend(name, resident, models, slot, store, disk))
     return backends, store, runners
 
 
@@ -269,3 +268,33 @@ async def test_abort_ends_a_running_request_and_knows_no_other(slot: Scheduler) 
     assert await backend.abort("r7") is False  # no longer running
     health = await backend.health()
     assert (health.kind, health.model, health.loaded) == ("mlx", "model-fast", True)
+
+
+async def test_caches_saved_at_shutdown_warm_the_first_request_after_a_restart(
+    slot: Scheduler, tmp_path: Path
+) -> None:
+    [backend], _, _ = make(slot, disk=DiskPrefixes(tmp_path, 1 << 30))
+    await events_of(backend, chat("What is MLX?"))
+    # The conversation, and the end of its system message (a boundary that recurs) alone.
+    assert await backend.persist() == 2
+    lengths = sorted(len(e.tokens) for e in DiskPrefixes(tmp_path, 1 << 30).list())
+    assert lengths == [len(SYSTEM), len(SYSTEM) + len("What is MLX?")]
+    assert await backend.persist() == 0  # already there
+    # A restart: a new store (empty) and a new index of the same folder.
+    [again], store, runners = make(slot, disk=DiskPrefixes(tmp_path, 1 << 30))
+    assert store.entries("fast") == []
+    events = await events_of(again, chat("What is MLX? And JAX?"))
+    _, _, state, _ = runners[0].generated[0]
+    first_prompt = len(SYSTEM) + len("What is MLX?")
+    assert state is not None and len(state.tokens) == first_prompt
+    assert events[0] == Started(len(SYSTEM) + len("What is MLX? And JAX?"), first_prompt)
+
+
+async def test_without_a_loaded_model_or_a_disk_nothing_is_persisted(
+    slot: Scheduler, tmp_path: Path
+) -> None:
+    [backend], _, _ = make(slot, disk=DiskPrefixes(tmp_path, 1 << 30))
+    assert await backend.persist() == 0  # never loaded
+    [memory_only], _, _ = make(slot)
+    await events_of(memory_only, chat("Hi"))
+    assert await memory_only.persist() == 0
