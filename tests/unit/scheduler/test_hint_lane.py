@@ -107,11 +107,12 @@ def test_a_user_may_arrive_while_one_waits_types_or_was_here_lately() -> None:
     assert not user_may_arrive(user_waiting=False, typing=False, since_user_job=1e9)
 
 
-def test_decode_steps_are_queued_ahead_only_when_no_user_may_arrive() -> None:
+def test_decode_steps_are_queued_ahead_unless_the_job_is_about_to_stop() -> None:
     assert decodes_ahead(runs_user_job=True, may_arrive=True, stopping=False)
     assert decodes_ahead(runs_user_job=False, may_arrive=False, stopping=False)
-    assert not decodes_ahead(runs_user_job=False, may_arrive=True, stopping=False)
+    assert decodes_ahead(runs_user_job=False, may_arrive=True, stopping=False)
     assert not decodes_ahead(runs_user_job=True, may_arrive=False, stopping=True)
+    assert not decodes_ahead(runs_user_job=False, may_arrive=True, stopping=True)
 
 
 async def test_background_work_is_paced_finely_once_a_user_has_been_here() -> None:
@@ -130,5 +131,5 @@ async def test_background_work_is_paced_finely_once_a_user_has_been_here() -> No
     nobody, after_user = seen
     assert nobody == (ChunkBudget(64), True)  # nobody around: throughput
     assert after_user[0].seconds is not None and after_user[0].tokens < 64
-    assert after_user[1] is False  # no decode step queued ahead of a possible pause
+    assert after_user[1] is True  # pipelined: a pause stops it before the next step
     await scheduler.stop()
