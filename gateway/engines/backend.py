@@ -52,6 +52,7 @@ __all__ = [
     "TokenLogprob",
     "Warmable",
     "Warmup",
+    "WrappedBackend",
     "continued",
 ]
 
@@ -299,6 +300,50 @@ class Backend(Protocol):
     async def health(self) -> BackendHealth: ...
 
     async def close(self) -> None: ...
+
+
+class WrappedBackend:
+    """A backend in front of another (``inner``): everything is the inner one's until a
+    subclass says otherwise. The peers' dispatch (``generate`` may go to a peer) and the
+    distributed tier's readiness gate (``generate`` waits for the cluster) are two."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.kind: BackendKind = inner.kind
+        self.tier = inner.tier
+        self.model_id = inner.model_id
+        self.capabilities = inner.capabilities
+
+    @property
+    def context_length(self) -> int | None:
+        return self.inner.context_length
+
+    @property
+    def vocab_size(self) -> int | None:
+        return self.inner.vocab_size
+
+    async def render(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        thinking: bool | None = None,
+    ) -> Prompt:
+        return await self.inner.render(messages, tools, thinking)
+
+    async def render_text(self, prompt: TextPrompt) -> Prompt:
+        return await self.inner.render_text(prompt)
+
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
+        return self.inner.generate(request)
+
+    async def abort(self, request_id: str) -> bool:
+        return await self.inner.abort(request_id)
+
+    async def health(self) -> BackendHealth:
+        return await self.inner.health()
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 async def continued(

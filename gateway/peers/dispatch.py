@@ -25,26 +25,23 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from dataclasses import replace
 from typing import Any
 
 from gateway.engines.backend import (
     Backend,
     BackendEvent,
-    BackendHealth,
     Finished,
     GenerationRequest,
     PrefillProgress,
     Priority,
-    Prompt,
     Started,
-    TextPrompt,
     TicketSpec,
     TokenEvent,
+    WrappedBackend,
     continued,
 )
-from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.metrics import GatewayMetrics
 from gateway.peers.nodes import PeerFailed, PeerNode, PeerRefused, Peers
 from gateway.protocol.peer import Ticket
@@ -169,7 +166,7 @@ class Dispatcher:
                     )
 
 
-class PeerDispatch:
+class PeerDispatch(WrappedBackend):
     """A tier's backend with the peers in front: a ``Backend`` (see the module's docstring).
 
     Only ``generate`` differs from the wrapped backend: a request with a ``ticket`` and a
@@ -179,45 +176,14 @@ class PeerDispatch:
     """
 
     def __init__(self, local: Backend, dispatcher: Dispatcher) -> None:
+        super().__init__(local)
         self.local = local
         self.dispatcher = dispatcher
-        self.kind = local.kind
-        self.tier = local.tier
-        self.model_id = local.model_id
-        self.capabilities = local.capabilities
-
-    @property
-    def context_length(self) -> int | None:
-        return self.local.context_length
-
-    @property
-    def vocab_size(self) -> int | None:
-        return self.local.vocab_size
-
-    async def render(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        thinking: bool | None = None,
-    ) -> Prompt:
-        return await self.local.render(messages, tools, thinking)
-
-    async def render_text(self, prompt: TextPrompt) -> Prompt:
-        return await self.local.render_text(prompt)
 
     def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
         if request.ticket is not None and request.prompt.tokens and not request.resume:
             return self.dispatcher.generate(request.ticket, request, self.local)
         return self.local.generate(request)
-
-    async def abort(self, request_id: str) -> bool:
-        return await self.local.abort(request_id)
-
-    async def health(self) -> BackendHealth:
-        return await self.local.health()
-
-    async def close(self) -> None:
-        await self.local.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.local, name)

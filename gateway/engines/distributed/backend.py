@@ -9,18 +9,15 @@ restarting, then gets a 503; a cluster that has given up is a 503 at once, with 
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 
 from gateway.engines.backend import (
     BackendEvent,
     BackendHealth,
-    BackendKind,
     GenerationRequest,
-    Prompt,
-    TextPrompt,
+    WrappedBackend,
 )
 from gateway.engines.distributed.supervisor import ClusterState, ClusterSupervisor, StateListener
-from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.engines.upstream import OpenAIUpstreamBackend
 from gateway.errors import ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
@@ -49,11 +46,8 @@ def metrics_listener(metrics: GatewayMetrics, tier: str) -> StateListener:
     return changed
 
 
-class DistributedBackend:
-    """One tier of kind ``mlx-distributed``."""
-
-    kind: BackendKind = "mlx-distributed"
-    vocab_size = None
+class DistributedBackend(WrappedBackend):
+    """One tier of kind ``mlx-distributed``: the upstream backend of rank 0, behind the gate."""
 
     def __init__(
         self,
@@ -63,27 +57,17 @@ class DistributedBackend:
         upstream: OpenAIUpstreamBackend,
         wait_ready: float = 60.0,
     ) -> None:
+        super().__init__(upstream)
+        self.kind = "mlx-distributed"
         self.tier = tier
         self.model_id = model_id
         self.supervisor = supervisor
         self.upstream = upstream
-        self.capabilities = upstream.capabilities
         self.wait_ready = wait_ready
 
     @property
-    def context_length(self) -> int | None:
-        return self.upstream.context_length
-
-    async def render(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        thinking: bool | None = None,
-    ) -> Prompt:
-        return await self.upstream.render(messages, tools, thinking)
-
-    async def render_text(self, prompt: TextPrompt) -> Prompt:
-        return await self.upstream.render_text(prompt)
+    def vocab_size(self) -> int | None:
+        return None
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
         await self._until_ready()
@@ -104,9 +88,6 @@ class DistributedBackend:
             f"tier {self.tier!r}: its cluster is {cluster.state} "
             f"({cluster.reason or 'loading the model on every rank'}); retry shortly"
         )
-
-    async def abort(self, request_id: str) -> bool:
-        return await self.upstream.abort(request_id)
 
     async def health(self) -> BackendHealth:
         cluster = self.supervisor
