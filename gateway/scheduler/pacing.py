@@ -74,11 +74,10 @@ def prefill_chunk_budget(
     return ChunkBudget(max(MIN_CHUNK_TOKENS, base // SMALL_DIVISOR), SMALL_CHUNK_SECONDS)
 
 
-def decodes_ahead(*, runs_user_job: bool, may_arrive: bool, stopping: bool) -> bool:
+def decodes_ahead(*, stopping: bool) -> bool:
     """Whether the running job may queue its next decode step before reading the current
-    one: not when it is about to stop (paused or cancelled). Refusing it to background work
-    while a user may arrive was measured and dropped (``bench priority``, 2-core CPU, old and
-    new side by side): each unpipelined step took longer, so the user waited longer behind it
-    (loaded/idle 1.38 vs 1.28 medians). The other arguments stay for the pacing's callers."""
-    del runs_user_job, may_arrive
+    one: not when it is about to stop (paused or cancelled), so nothing computes behind it.
+    Refusing it to background work while a user may arrive was measured and dropped (``bench
+    priority``, 2-core CPU, old and new side by side): each unpipelined step took longer, so
+    the user waited longer behind it (loaded/idle 1.38 vs 1.28 medians)."""
     return not stopping

@@ -161,10 +161,8 @@ class Scheduler:
 
     def decode_ahead(self) -> bool:
         """Whether the running job may queue a decode step ahead (``pacing.decodes_ahead``)."""
-        running = self.running
+        running = self.running  # asked every token: only the running job's own flags
         return pacing.decodes_ahead(
-            runs_user_job=_runs_user_job(running),
-            may_arrive=self._user_may_arrive(),
             stopping=running is not None
             and (running.preempt_requested or running.cancel_requested),
         )

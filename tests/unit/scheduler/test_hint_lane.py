@@ -108,11 +108,8 @@ def test_a_user_may_arrive_while_one_waits_types_or_was_here_lately() -> None:
 
 
 def test_decode_steps_are_queued_ahead_unless_the_job_is_about_to_stop() -> None:
-    assert decodes_ahead(runs_user_job=True, may_arrive=True, stopping=False)
-    assert decodes_ahead(runs_user_job=False, may_arrive=False, stopping=False)
-    assert decodes_ahead(runs_user_job=False, may_arrive=True, stopping=False)
-    assert not decodes_ahead(runs_user_job=True, may_arrive=False, stopping=True)
-    assert not decodes_ahead(runs_user_job=False, may_arrive=True, stopping=True)
+    assert decodes_ahead(stopping=False)
+    assert not decodes_ahead(stopping=True)
 
 
 async def test_background_work_is_paced_finely_once_a_user_has_been_here() -> None:
