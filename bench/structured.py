@@ -30,10 +30,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     compute = choose_compute_path()  # before MLX is imported
     from gateway.config import default_cache_dir
-    from gateway.engines.backend import SamplingParams, TokenEvent
     from gateway.engines.mlx_runner import MLXRunner
-    from gateway.engines.request_parts import Grammar
     from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
+    from gateway.seam.backend import SamplingParams, TokenEvent
+    from gateway.seam.request_parts import Grammar
 
     folder = ModelStore(Path(args.cache_dir or default_cache_dir())).ensure(DEFAULT_MODEL_ID)
     runner = MLXRunner(DEFAULT_MODEL_ID, folder, compute)

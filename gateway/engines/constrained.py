@@ -19,8 +19,8 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from gateway.engines.grammar import GrammarError, grammar_text
-from gateway.engines.request_parts import Grammar
+from gateway.seam.grammar import GrammarError, grammar_text
+from gateway.seam.request_parts import Grammar
 
 
 def make_llg_tokenizer(tokenizer_json: Path, vocab_size: int, eos_token_ids: list[int]) -> Any:

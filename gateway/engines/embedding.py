@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from gateway.engines.backend import Priority
+from gateway.seam.backend import Priority
 
 # A text, or token ids taken as they are.
 EmbeddingInput = str | tuple[int, ...]

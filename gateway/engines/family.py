@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.engines.reasoning import ReplyFormat, thinking_state
-from gateway.engines.request_parts import ChatMessage
-from gateway.engines.tool_format import (
+from gateway.seam.reasoning import ReplyFormat, thinking_state
+from gateway.seam.request_parts import ChatMessage
+from gateway.seam.tool_format import (
     CALL_CLOSE,
     CALL_OPEN,
     HermesFormat,

@@ -14,7 +14,17 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, 
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from gateway.engines.backend import (
+from gateway.engines.context_length import check_context_length
+from gateway.engines.embedding import EmbeddingInput, Embeddings
+from gateway.engines.prefix_boundaries import RecurringPrefixes, system_boundary
+from gateway.engines.prefix_disk import DiskPrefixes
+from gateway.engines.prefix_store import PrefixCacheStore
+from gateway.engines.residency import LocalModels, Resident
+from gateway.engines.runner import Generation, ModelRunner, PromptState
+from gateway.errors import InvalidRequestError
+from gateway.scheduler.jobs import JobHandle, JobSpec, JobState
+from gateway.scheduler.slot import Scheduler
+from gateway.seam.backend import (
     BackendEvent,
     BackendHealth,
     BackendKind,
@@ -26,17 +36,7 @@ from gateway.engines.backend import (
     Started,
     TextPrompt,
 )
-from gateway.engines.context_length import check_context_length
-from gateway.engines.embedding import EmbeddingInput, Embeddings
-from gateway.engines.prefix_boundaries import RecurringPrefixes, system_boundary
-from gateway.engines.prefix_disk import DiskPrefixes
-from gateway.engines.prefix_store import PrefixCacheStore
-from gateway.engines.request_parts import ChatMessage, ToolSpec
-from gateway.engines.residency import LocalModels, Resident
-from gateway.engines.runner import Generation, ModelRunner, PromptState
-from gateway.errors import InvalidRequestError
-from gateway.scheduler.jobs import JobHandle, JobSpec, JobState
-from gateway.scheduler.slot import Scheduler
+from gateway.seam.request_parts import ChatMessage, ToolSpec
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -115,7 +115,7 @@ class GenerationSteps:
 
 
 class LocalWarmup:
-    """A pre-prefill job of a typing hint (see ``gateway.engines.backend.Warmup``)."""
+    """A pre-prefill job of a typing hint (see ``gateway.seam.backend.Warmup``)."""
 
     def __init__(self, backend: LocalBackend, job: JobHandle) -> None:
         self.backend = backend

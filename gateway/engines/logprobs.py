@@ -14,7 +14,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from gateway.engines.backend import TokenChoice, TokenLogprob
+from gateway.seam.backend import TokenChoice, TokenLogprob
 
 _SPM_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 MAX_TOP_LOGPROBS = 20

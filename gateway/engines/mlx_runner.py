@@ -14,7 +14,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.engines.backend import (
+from gateway.engines.constrained import GrammarConstraint, make_llg_tokenizer
+from gateway.engines.device import ComputePath
+from gateway.engines.family import TAIL_TOKENS, ModelFamily, family_of
+from gateway.engines.logprobs import TokenSpeller
+from gateway.engines.prefix_disk import weights_fingerprint
+from gateway.engines.reasoning_section import ReasoningSection
+from gateway.engines.runner import KVCache, PromptState
+from gateway.engines.text_tail import TextTail
+from gateway.engines.weights import WeightsMode, default_mode, load_model
+from gateway.seam.backend import (
     BackendEvent,
     Finished,
     FinishReason,
@@ -23,22 +32,13 @@ from gateway.engines.backend import (
     TokenChoice,
     TokenEvent,
 )
-from gateway.engines.constrained import GrammarConstraint, make_llg_tokenizer
-from gateway.engines.device import ComputePath
-from gateway.engines.family import TAIL_TOKENS, ModelFamily, family_of
-from gateway.engines.logprobs import TokenSpeller
-from gateway.engines.prefix_disk import weights_fingerprint
-from gateway.engines.reasoning import ReplyFormat, opened_in
-from gateway.engines.reasoning_section import ReasoningSection
-from gateway.engines.request_parts import ChatMessage, Grammar, ToolSpec
-from gateway.engines.runner import KVCache, PromptState
-from gateway.engines.text_tail import TextTail
-from gateway.engines.tool_format import (
+from gateway.seam.reasoning import ReplyFormat, opened_in
+from gateway.seam.request_parts import ChatMessage, Grammar, ToolSpec
+from gateway.seam.tool_format import (
     generic_tool_messages,
     template_knows_tools,
     template_tools,
 )
-from gateway.engines.weights import WeightsMode, default_mode, load_model
 
 if TYPE_CHECKING:
     from gateway.engines.experts.plan import StreamedExperts

@@ -16,8 +16,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from gateway.engines.prefix_disk import MIN_REUSE_TOKENS, common_prefix
-from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.engines.runner import ModelRunner
+from gateway.seam.request_parts import ChatMessage, ToolSpec
 
 DEFAULT_MAX_PREFIXES = 32
 SYSTEM_ROLES = ("system", "developer")

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from gateway.engines.backend import Priority
 from gateway.engines.experts.stats import ExpertStats
 from gateway.engines.runner import ModelRunner
 from gateway.engines.weights import WeightsChoice
@@ -28,6 +27,7 @@ from gateway.errors import ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
 from gateway.scheduler.jobs import JobSpec
 from gateway.scheduler.slot import Scheduler
+from gateway.seam.backend import Priority
 
 log = logging.getLogger(__name__)
 

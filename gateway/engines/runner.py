@@ -3,7 +3,7 @@
 A runner is one loaded model. Every method is synchronous and is called only from the
 scheduler's single inference thread, which is what makes "one Mac, one inference"
 structural rather than a convention. The request-level seam above it is
-``gateway.engines.backend``; nothing outside ``gateway/engines`` touches a runner.
+``gateway.seam.backend``; nothing outside ``gateway/engines`` touches a runner.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.engines.backend import BackendEvent, SamplingParams
-from gateway.engines.reasoning import ReplyFormat
-from gateway.engines.request_parts import ChatMessage, ToolSpec
+from gateway.seam.backend import BackendEvent, SamplingParams
+from gateway.seam.reasoning import ReplyFormat
+from gateway.seam.request_parts import ChatMessage, ToolSpec
 
 # A runner's KV cache, opaque to everyone but the runner (mlx-lm: a list of cache objects).
 KVCache = Any
@@ -72,7 +72,7 @@ class ModelRunner(Protocol):
     ) -> list[int]:
         """Apply the model's chat template and return prompt tokens.
 
-        ``tools`` are described to the model (``gateway.engines.tool_format``).
+        ``tools`` are described to the model (``gateway.seam.tool_format``).
         ``continue_final_message`` leaves the last message open (no end-of-turn), for
         pre-computing a message that is still being typed. ``thinking``: the template's
         thinking switch, where it has one (None: its default).

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_top_k, apply_top_p, greedy_sampler, make_logits_processors
 
-from gateway.engines.backend import SamplingParams
+from gateway.seam.backend import SamplingParams
 
 Sampler = Callable[[mx.array], mx.array]
 # OpenAI's penalties look at the whole completion so far; mlx-lm's look at a window.

@@ -25,7 +25,11 @@ from urllib.parse import urlparse
 import httpx
 from httpx_sse import EventSource
 
-from gateway.engines.backend import (
+from gateway.errors import UpstreamError, UpstreamRejectedError, UpstreamTimeoutError
+from gateway.metrics import GatewayMetrics
+from gateway.scheduler.lease import SlotLease
+from gateway.scheduler.slot import Scheduler
+from gateway.seam.backend import (
     BackendEvent,
     BackendHealth,
     BackendKind,
@@ -38,11 +42,7 @@ from gateway.engines.backend import (
     TextPrompt,
     TokenEvent,
 )
-from gateway.engines.request_parts import ChatMessage, ToolSpec
-from gateway.errors import UpstreamError, UpstreamRejectedError, UpstreamTimeoutError
-from gateway.metrics import GatewayMetrics
-from gateway.scheduler.lease import SlotLease
-from gateway.scheduler.slot import Scheduler
+from gateway.seam.request_parts import ChatMessage, ToolSpec
 
 log = logging.getLogger(__name__)
 HEALTH_TIMEOUT_SECONDS = 1.0

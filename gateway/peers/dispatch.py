@@ -29,7 +29,11 @@ from collections.abc import AsyncGenerator
 from dataclasses import replace
 from typing import Any
 
-from gateway.engines.backend import (
+from gateway.metrics import GatewayMetrics
+from gateway.peers.nodes import PeerFailed, PeerNode, PeerRefused, Peers
+from gateway.protocol.peer import Ticket
+from gateway.scheduler.slot import Scheduler
+from gateway.seam.backend import (
     Backend,
     BackendEvent,
     Finished,
@@ -42,10 +46,6 @@ from gateway.engines.backend import (
     WrappedBackend,
     continued,
 )
-from gateway.metrics import GatewayMetrics
-from gateway.peers.nodes import PeerFailed, PeerNode, PeerRefused, Peers
-from gateway.protocol.peer import Ticket
-from gateway.scheduler.slot import Scheduler
 from gateway.serving.tiers import TierRegistry
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from gateway.engines.backend import PrefillProgress, Priority
 from gateway.errors import (
     AuthenticationError,
     ConflictError,
@@ -43,6 +42,7 @@ from gateway.protocol.peer import (
 )
 from gateway.protocol.tasks import TaskRunRequest
 from gateway.scheduler.slot import Scheduler
+from gateway.seam.backend import PrefillProgress, Priority
 from gateway.serving.tasks import TaskRun, TaskService
 
 log = logging.getLogger(__name__)

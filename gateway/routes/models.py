@@ -8,9 +8,9 @@ from litestar import Controller, get
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
-from gateway.engines.backend import BackendHealth
 from gateway.protocol.openai import Model, ModelList
 from gateway.routes.errors import ERROR_RESPONSES
+from gateway.seam.backend import BackendHealth
 from gateway.serving.tiers import TierRegistry
 
 

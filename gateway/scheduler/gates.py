@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.engines.backend import Priority
+from gateway.seam.backend import Priority
 
 PIPELINE_LOCK = "pipeline_lock"
 PREFILL_FREEZE = "prefill_freeze"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from gateway.engines.backend import Priority
+from gateway.seam.backend import Priority
 
 
 class JobState(StrEnum):

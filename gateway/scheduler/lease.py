@@ -13,9 +13,9 @@ import threading
 from collections.abc import Iterator
 from types import TracebackType
 
-from gateway.engines.backend import Priority
 from gateway.scheduler.jobs import JobHandle, JobSpec, JobState
 from gateway.scheduler.slot import Scheduler
+from gateway.seam.backend import Priority
 
 # How often a held lease checks whether its job was cancelled (shutdown, disconnect).
 POLL_SECONDS = 0.1

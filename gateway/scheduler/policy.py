@@ -24,9 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gateway.engines.backend import Priority
 from gateway.scheduler.gates import Gates
 from gateway.scheduler.jobs import Job, JobState
+from gateway.seam.backend import Priority
 
 SPECULATION = "speculation"  # the job kind of speculative first tokens
 HINT_RANK = 0.5  # the hint lane: after user jobs, before task work

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gateway.engines.backend import Priority, TokenEvent
 from gateway.errors import QueueFullError, ServiceUnavailableError
 from gateway.scheduler import pacing, policy
 from gateway.scheduler.gates import GATE_NAMES, Gates
@@ -33,6 +32,7 @@ from gateway.scheduler.jobs import Job, JobHandle, JobSpec, JobState
 from gateway.scheduler.observer import SchedulerObserver
 from gateway.scheduler.pacing import ChunkBudget
 from gateway.scheduler.policy import OnWaiting, SchedulerConfig
+from gateway.seam.backend import Priority, TokenEvent
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]

@@ -22,10 +22,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.engines.backend import Priority, SamplingParams
-from gateway.engines.grammar import for_grammar, strict_objects
-from gateway.engines.request_parts import ChatMessage, Grammar, ToolSpec
-from gateway.engines.tool_format import ToolChoice
 from gateway.errors import InvalidRequestError
 from gateway.protocol.anthropic import (
     AnthropicUsage,
@@ -58,6 +54,10 @@ from gateway.protocol.anthropic import (
     ToolUseBlock,
     message_id,
 )
+from gateway.seam.backend import Priority, SamplingParams
+from gateway.seam.grammar import for_grammar, strict_objects
+from gateway.seam.request_parts import ChatMessage, Grammar, ToolSpec
+from gateway.seam.tool_format import ToolChoice
 from gateway.serving.chat import ChatRun, ChatService, FieldNames, PreparedChat, ToolUse
 from gateway.serving.partial_json import partial_object
 from gateway.serving.reasoning import ReasoningPiece

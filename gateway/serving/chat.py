@@ -17,7 +17,17 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from gateway.engines.backend import (
+from gateway.engines.context_length import check_context_length
+from gateway.errors import InvalidRequestError, ShuttingDownError
+from gateway.metrics import GatewayMetrics
+from gateway.protocol.openai import (
+    CompletionTokensDetails,
+    PromptTokensDetails,
+    Usage,
+    completion_id,
+    now,
+)
+from gateway.seam.backend import (
     BackendEvent,
     Finished,
     GenerationRequest,
@@ -31,20 +41,10 @@ from gateway.engines.backend import (
     TokenChoice,
     TokenEvent,
 )
-from gateway.engines.context_length import check_context_length
-from gateway.engines.grammar import GrammarError, grammar_text
-from gateway.engines.reasoning import ReplyFormat, reply_grammar
-from gateway.engines.request_parts import ChatMessage, ToolSpec
-from gateway.engines.tool_format import ToolChoice
-from gateway.errors import InvalidRequestError, ShuttingDownError
-from gateway.metrics import GatewayMetrics
-from gateway.protocol.openai import (
-    CompletionTokensDetails,
-    PromptTokensDetails,
-    Usage,
-    completion_id,
-    now,
-)
+from gateway.seam.grammar import GrammarError, grammar_text
+from gateway.seam.reasoning import ReplyFormat, reply_grammar
+from gateway.seam.request_parts import ChatMessage, ToolSpec
+from gateway.seam.tool_format import ToolChoice
 from gateway.serving.reasoning import ReasoningPiece, ReasoningSplitter
 from gateway.serving.speculation import Speculation, speculated_events
 from gateway.serving.tiers import Tier, TierRegistry

@@ -6,7 +6,6 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 
-from gateway.engines.backend import Priority, TextPrompt, TokenChoice
 from gateway.errors import ShuttingDownError
 from gateway.protocol.completions import (
     Completion,
@@ -15,6 +14,7 @@ from gateway.protocol.completions import (
     CompletionRequest,
     text_completion_id,
 )
+from gateway.seam.backend import Priority, TextPrompt, TokenChoice
 from gateway.serving.chat import CarriedLogprobs, ChatRun, ChatService, PreparedChat
 from gateway.serving.openai_chat import openai_sampling
 

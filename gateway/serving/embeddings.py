@@ -14,7 +14,6 @@ import math
 import struct
 from collections.abc import Sequence
 
-from gateway.engines.backend import Priority
 from gateway.engines.embedding import Embedder
 from gateway.errors import InvalidRequestError
 from gateway.metrics import GatewayMetrics
@@ -24,6 +23,7 @@ from gateway.protocol.embeddings import (
     EmbeddingRequest,
     EmbeddingUsage,
 )
+from gateway.seam.backend import Priority
 from gateway.serving.tiers import TierRegistry
 
 

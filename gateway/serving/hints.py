@@ -17,7 +17,7 @@ The cache itself is found by token prefix in the backend's store, so a hint that
 match the request is simply not used. While a hint is queued, computing or ready it holds
 the slot's prefill freeze; each hint also (re)closes the typing lock. Hints work on tiers
 whose backend can warm a cache (``capabilities.typing_hints``); this service reaches them
-only through the request-level seam (``gateway.engines.backend.Warmable``).
+only through the request-level seam (``gateway.seam.backend.Warmable``).
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gateway.engines.backend import SamplingParams, Started, Warmable, Warmup
 from gateway.engines.context_length import check_context_length
-from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.hints import TypingHint, TypingHintRequest
 from gateway.protocol.openai import shorten
+from gateway.seam.backend import SamplingParams, Started, Warmable, Warmup
+from gateway.seam.request_parts import ChatMessage, ToolSpec
 from gateway.serving.messages import template_messages, tool_specs
 from gateway.serving.speculation import GREEDY, Speculation, Speculator
 from gateway.serving.tiers import Tier, TierRegistry

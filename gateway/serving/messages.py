@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.engines.request_parts import ChatMessage, ToolSpec
 from gateway.errors import InvalidRequestError
 from gateway.protocol.openai import ChatMessage as WireMessage
 from gateway.protocol.openai import ToolDefinition
+from gateway.seam.request_parts import ChatMessage, ToolSpec
 
 
 def template_messages(messages: Sequence[WireMessage]) -> tuple[ChatMessage, ...]:

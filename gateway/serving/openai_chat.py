@@ -17,10 +17,6 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
-from gateway.engines.backend import Priority, SamplingParams, TicketSpec, TokenChoice
-from gateway.engines.grammar import for_grammar, strict_objects
-from gateway.engines.request_parts import ChatMessage, Grammar
-from gateway.engines.tool_format import ToolChoice
 from gateway.errors import ShuttingDownError
 from gateway.protocol.completions import CompletionRequest
 from gateway.protocol.openai import (
@@ -40,6 +36,10 @@ from gateway.protocol.openai import (
     TokenLogprob,
     TopLogprob,
 )
+from gateway.seam.backend import Priority, SamplingParams, TicketSpec, TokenChoice
+from gateway.seam.grammar import for_grammar, strict_objects
+from gateway.seam.request_parts import ChatMessage, Grammar
+from gateway.seam.tool_format import ToolChoice
 from gateway.serving.chat import (
     DEFAULT_TEMPERATURE,
     CarriedLogprobs,

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gateway.engines.reasoning import ReplyFormat
 from gateway.engines.stops import partial_suffix
+from gateway.seam.reasoning import ReplyFormat
 
 Channel = Literal["reasoning", "answer"]
 

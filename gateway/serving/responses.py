@@ -20,8 +20,6 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from gateway.engines.backend import Priority, SamplingParams
-from gateway.engines.request_parts import ChatMessage
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.protocol.openai import shorten
 from gateway.protocol.responses import (
@@ -41,6 +39,8 @@ from gateway.protocol.responses_events import (
     ResponseIncompleteEvent,
     ResponseInProgressEvent,
 )
+from gateway.seam.backend import Priority, SamplingParams
+from gateway.seam.request_parts import ChatMessage
 from gateway.serving.chat import (
     DEFAULT_TEMPERATURE,
     ChatService,

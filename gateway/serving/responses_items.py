@@ -17,9 +17,6 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from gateway.engines.grammar import for_grammar, strict_objects
-from gateway.engines.request_parts import ChatMessage, Grammar, ToolSpec
-from gateway.engines.tool_format import ToolChoice
 from gateway.errors import InvalidRequestError
 from gateway.protocol.responses import (
     ContentPart,
@@ -40,6 +37,9 @@ from gateway.protocol.responses import (
     TextFormatJSONSchema,
     new_id,
 )
+from gateway.seam.grammar import for_grammar, strict_objects
+from gateway.seam.request_parts import ChatMessage, Grammar, ToolSpec
+from gateway.seam.tool_format import ToolChoice
 from gateway.serving.chat import ToolUse
 
 ITEMS = TypeAdapter(list[InputItem])

@@ -26,7 +26,9 @@ import logging
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field, replace
 
-from gateway.engines.backend import (
+from gateway.errors import GatewayError
+from gateway.metrics import GatewayMetrics
+from gateway.seam.backend import (
     Backend,
     BackendEvent,
     Finished,
@@ -37,9 +39,7 @@ from gateway.engines.backend import (
     TokenEvent,
     continued,
 )
-from gateway.engines.request_parts import ChatMessage, ToolSpec
-from gateway.errors import GatewayError
-from gateway.metrics import GatewayMetrics
+from gateway.seam.request_parts import ChatMessage, ToolSpec
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,6 @@ from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.engines.backend import Priority, SamplingParams, TicketSpec
 from gateway.errors import UnprocessableError
 from gateway.protocol.openai import MAX_STOP_SEQUENCES, shorten
 from gateway.protocol.tasks import (
@@ -26,6 +25,7 @@ from gateway.protocol.tasks import (
     TaskResultEvent,
     TaskRunRequest,
 )
+from gateway.seam.backend import Priority, SamplingParams, TicketSpec
 from gateway.serving.chat import ChatRun, ChatService, FieldNames, PreparedChat
 from gateway.serving.tiers import Tier
 from gateway.tasks.catalogue import TaskPrompts

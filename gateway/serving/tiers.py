@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gateway.engines.backend import Backend
 from gateway.errors import ModelNotFoundError
 from gateway.protocol.openai import shorten
+from gateway.seam.backend import Backend
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A reply's text, streamed, told apart into plain text and tool calls.
 
-The grammar (``gateway.engines.tool_format``) decides at the reply's first character: plain
+The grammar (``gateway.seam.tool_format``) decides at the reply's first character: plain
 text, or calls in the model's format: Hermes (``<tool_call>{"name": ..., "arguments": ...}
 </tool_call>`` with a newline between them) or Mistral (``[TOOL_CALLS][{...}, {...}]``). A
 parser per format follows the text as it streams and produces the pieces both wire formats
@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from gateway.engines.stops import partial_suffix
-from gateway.engines.tool_format import HERMES, HermesFormat, MistralFormat, ToolFormat
+from gateway.seam.tool_format import HERMES, HermesFormat, MistralFormat, ToolFormat
 
 _HEAD = re.compile(r'\s*\{"name":\s*"((?:[^"\\]|\\.)*)",\s*"arguments":\s*')
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any, Generic, Protocol, TypeVar
 
-from gateway.engines.request_parts import ChatMessage
 from gateway.errors import NotFoundError, UnprocessableError
 from gateway.protocol.openai import shorten
 from gateway.protocol.tasks import TaskArgument, TaskTypeInfo, TaskTypeList
+from gateway.seam.request_parts import ChatMessage
 from gateway.tasks.definitions import TaskCatalog, TaskType
 
 CHAT_ROLES = frozenset({"system", "user", "assistant"})

@@ -37,7 +37,7 @@ from jinja2 import StrictUndefined, TemplateSyntaxError
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gateway.engines.grammar import strict_objects
+from gateway.seam.grammar import strict_objects
 
 # The project's own task types ship inside the package (package data, so a wheel has them);
 # the top-level prompts/ of a checkout is a link to this folder.

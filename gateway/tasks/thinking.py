@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.engines.grammar import for_grammar
-from gateway.engines.request_parts import Grammar
 from gateway.engines.stops import partial_suffix
+from gateway.seam.grammar import for_grammar
+from gateway.seam.request_parts import Grammar
 from gateway.tasks.definitions import TaskType
 
 Channel = Literal["thinking", "output"]

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import gateway
 from gateway.config import Settings
-from gateway.engines.backend import Backend, Priority
 from gateway.engines.device import ComputePath, choose_compute_path
 from gateway.engines.local import LocalBackend
 from gateway.engines.residency import LocalModels
@@ -30,6 +29,7 @@ from gateway.peers.nodes import Peers
 from gateway.peers.signing import RequestVerifier
 from gateway.routes.draining import Lifecycle
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
+from gateway.seam.backend import Backend, Priority
 from gateway.serving.anthropic import AnthropicMessages
 from gateway.serving.chat import ChatService
 from gateway.serving.completions import CompletionsService

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.config import Settings, TierSettings
-from gateway.engines.backend import Backend
 from gateway.engines.device import ComputePath
 from gateway.engines.experts.plan import StreamedExperts
 from gateway.engines.experts.stats import CallbackListener, ExpertStats
@@ -24,6 +23,7 @@ from gateway.engines.weights import WeightsChoice
 from gateway.metrics import GatewayMetrics
 from gateway.modelstore.store import KNOWN_MODELS
 from gateway.scheduler.slot import Scheduler
+from gateway.seam.backend import Backend
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.wiring.clusters import distributed_backend
 from gateway.wiring.kit import LocalModelKit

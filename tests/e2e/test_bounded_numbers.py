@@ -1,6 +1,6 @@
 """Issue 19's "Done when" row: a float field under a schema finishes. 50 runs of
 ``chat.completions.parse`` at temperature 0.7 (seeds 0-49) on the real model: at least 49
-finish ``stop`` and parse (numbers have bounded digits: gateway.engines.grammar)."""
+finish ``stop`` and parse (numbers have bounded digits: gateway.seam.grammar)."""
 
 from __future__ import annotations
 

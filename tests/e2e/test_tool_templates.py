@@ -10,9 +10,9 @@ from transformers import AutoTokenizer
 
 from gateway.config import default_cache_dir
 from gateway.engines.mlx_runner import MLXRunner
-from gateway.engines.request_parts import ToolSpec
-from gateway.engines.tool_format import CALL_OPEN, template_knows_tools
 from gateway.modelstore.store import ModelStore
+from gateway.seam.request_parts import ToolSpec
+from gateway.seam.tool_format import CALL_OPEN, template_knows_tools
 
 # A Hermes/Qwen-style template: functions in the system turn, calls and results its own way.
 TOOLS_TEMPLATE = (

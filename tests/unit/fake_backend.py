@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from gateway.engines.backend import (
+from gateway.seam.backend import (
     BackendEvent,
     BackendHealth,
     BackendKind,
@@ -23,7 +23,7 @@ from gateway.engines.backend import (
     TextPrompt,
     TokenEvent,
 )
-from gateway.engines.request_parts import ChatMessage
+from gateway.seam.request_parts import ChatMessage
 
 ANSWER = ("Hello", " there", "!")
 

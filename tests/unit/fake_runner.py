@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from gateway.engines.backend import BackendEvent, Finished, SamplingParams, TokenEvent
-from gateway.engines.reasoning import ReplyFormat
 from gateway.engines.runner import PromptState
+from gateway.seam.backend import BackendEvent, Finished, SamplingParams, TokenEvent
+from gateway.seam.reasoning import ReplyFormat
 
 ANSWER = "hello from the fake engine"
 

@@ -8,8 +8,8 @@ from collections.abc import AsyncGenerator
 from dataclasses import replace
 from pathlib import Path
 
-from gateway.engines.backend import BackendEvent, Finished, GenerationRequest, Started, TokenEvent
 from gateway.metrics import GatewayMetrics
+from gateway.seam.backend import BackendEvent, Finished, GenerationRequest, Started, TokenEvent
 from gateway.serving.chat import ChatService
 from gateway.serving.hints import HintService
 from gateway.serving.tasks import TaskService

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 
-from gateway.engines.backend import (
+from gateway.engines.distributed.supervisor import ClusterState, ClusterSupervisor, StateListener
+from gateway.engines.upstream import OpenAIUpstreamBackend
+from gateway.errors import ServiceUnavailableError
+from gateway.metrics import GatewayMetrics
+from gateway.seam.backend import (
     BackendEvent,
     BackendHealth,
     GenerationRequest,
     WrappedBackend,
 )
-from gateway.engines.distributed.supervisor import ClusterState, ClusterSupervisor, StateListener
-from gateway.engines.upstream import OpenAIUpstreamBackend
-from gateway.errors import ServiceUnavailableError
-from gateway.metrics import GatewayMetrics
 
 STATES: tuple[ClusterState, ...] = ("starting", "ready", "restarting", "failed", "stopped")
 

@@ -11,8 +11,8 @@ from transformers import AutoTokenizer
 
 from gateway.config import default_cache_dir
 from gateway.engines.family import family_of, mistral_call_id
-from gateway.engines.tool_format import HermesFormat, MistralFormat
 from gateway.modelstore.store import ModelStore
+from gateway.seam.tool_format import HermesFormat, MistralFormat
 
 TEMPLATES = Path(__file__).parents[2] / "fixtures" / "templates"
 

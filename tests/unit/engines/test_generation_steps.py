@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator
 
-from gateway.engines.backend import BackendEvent, Finished, Started, TokenEvent
 from gateway.engines.local import GenerationSteps
 from gateway.engines.runner import PromptState
 from gateway.scheduler.jobs import HoldsMemory
+from gateway.seam.backend import BackendEvent, Finished, Started, TokenEvent
 
 
 class ScriptedGeneration:

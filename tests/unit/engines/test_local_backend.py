@@ -11,16 +11,6 @@ from typing import Any
 
 import pytest
 
-from gateway.engines.backend import (
-    BackendEvent,
-    Finished,
-    GenerationRequest,
-    Priority,
-    SamplingParams,
-    Started,
-    TextPrompt,
-    TokenEvent,
-)
 from gateway.engines.embedding import EmbeddingInput
 from gateway.engines.local import LocalBackend
 from gateway.engines.prefix_disk import DiskPrefixes
@@ -30,6 +20,16 @@ from gateway.engines.runner import PromptState
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.metrics import GatewayMetrics
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
+from gateway.seam.backend import (
+    BackendEvent,
+    Finished,
+    GenerationRequest,
+    Priority,
+    SamplingParams,
+    Started,
+    TextPrompt,
+    TokenEvent,
+)
 from tests.unit.fake_runner import ANSWER, FakeGeneration, FakeRunner
 
 SYSTEM = "You are a careful assistant who answers briefly."  # 48 characters: 48 tokens

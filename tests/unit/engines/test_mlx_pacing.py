@@ -11,12 +11,12 @@ import pytest
 from mlx_lm.generate import generate_step
 
 from gateway.config import default_cache_dir
-from gateway.engines.backend import SamplingParams, TokenEvent
 from gateway.engines.device import choose_compute_path
 from gateway.engines.mlx_runner import MIN_TIMED_CHUNK_TOKENS, MLXRunner
 from gateway.engines.runner import PromptState
 from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
 from gateway.scheduler.pacing import ChunkBudget
+from gateway.seam.backend import SamplingParams, TokenEvent
 
 TOKENS = 24
 

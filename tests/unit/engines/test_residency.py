@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.engines import residency
-from gateway.engines.backend import Priority
 from gateway.engines.residency import LocalModels, Resident
 from gateway.errors import ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
+from gateway.seam.backend import Priority
 from tests.unit.fake_runner import FakeRunner
 
 MODEL_BYTES = 100

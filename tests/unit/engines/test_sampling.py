@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from gateway.engines.backend import SamplingParams
 from gateway.engines.sampling import make_job_sampler
+from gateway.seam.backend import SamplingParams
 
 PARAMS = SamplingParams(temperature=1.0, top_p=0.95, seed=42)
 

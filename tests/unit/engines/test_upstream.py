@@ -11,10 +11,10 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from gateway.engines.backend import Finished, GenerationRequest, SamplingParams, Started, TokenEvent
 from gateway.engines.upstream import OpenAIUpstreamBackend, UpstreamConfig
 from gateway.errors import UpstreamError, UpstreamRejectedError, UpstreamTimeoutError
 from gateway.metrics import GatewayMetrics
+from gateway.seam.backend import Finished, GenerationRequest, SamplingParams, Started, TokenEvent
 
 REQUEST = GenerationRequest(
     id="r1",

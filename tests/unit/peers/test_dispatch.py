@@ -6,7 +6,11 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from gateway.engines.backend import (
+from gateway.metrics import GatewayMetrics
+from gateway.peers.dispatch import Dispatcher
+from gateway.peers.nodes import PeerFailed, PeerNode
+from gateway.protocol.peer import TicketResult, TicketStarted, TicketToken, TicketUsage
+from gateway.seam.backend import (
     BackendEvent,
     Finished,
     GenerationRequest,
@@ -16,10 +20,6 @@ from gateway.engines.backend import (
     TicketSpec,
     TokenEvent,
 )
-from gateway.metrics import GatewayMetrics
-from gateway.peers.dispatch import Dispatcher
-from gateway.peers.nodes import PeerFailed, PeerNode
-from gateway.protocol.peer import TicketResult, TicketStarted, TicketToken, TicketUsage
 
 
 class FakeScheduler:

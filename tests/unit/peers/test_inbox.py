@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from gateway.engines.backend import Priority
 from gateway.errors import (
     AuthenticationError,
     ConflictError,
@@ -19,6 +18,7 @@ from gateway.errors import (
 from gateway.peers.inbox import PeerInbox
 from gateway.peers.signing import NONCE, RequestVerifier, ResponseSigner, sign
 from gateway.protocol.peer import Ticket, TicketError, TicketResult, TicketStarted, TicketToken
+from gateway.seam.backend import Priority
 from gateway.serving.tasks import TaskService
 from tests.unit.fake_tasks import ScriptedBackend, make_task_service
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 
-from gateway.engines.backend import (
+from gateway.peers.dispatch import PeerDispatch, dispatch_to_peers
+from gateway.seam.backend import (
     BackendEvent,
     Finished,
     GenerationRequest,
@@ -15,7 +16,6 @@ from gateway.engines.backend import (
     Started,
     TicketSpec,
 )
-from gateway.peers.dispatch import PeerDispatch, dispatch_to_peers
 from gateway.serving.tiers import Tier, TierRegistry
 from tests.unit.fake_backend import FakeBackend
 

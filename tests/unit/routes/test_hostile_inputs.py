@@ -19,7 +19,6 @@ from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
 from gateway.config import load_settings
-from gateway.engines.backend import SamplingParams
 from gateway.errors import UnprocessableError
 from gateway.peers.signing import (
     PeerAuthError,
@@ -27,6 +26,7 @@ from gateway.peers.signing import (
     ResponseSigner,
     sign,
 )
+from gateway.seam.backend import SamplingParams
 from gateway.serving.tasks import sampling_arguments
 from tests.unit.fake_runner import FakeGeneration, FakeRunner
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-from gateway.engines.backend import Priority
 from gateway.scheduler.jobs import JobSpec, JobState
 from gateway.scheduler.pacing import (
     ChunkBudget,
@@ -14,6 +13,7 @@ from gateway.scheduler.pacing import (
     prefill_chunk_budget,
     user_may_arrive,
 )
+from gateway.seam.backend import Priority
 from tests.unit.scheduler.test_slot import FakeEngine, blocked_slot, make_scheduler
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.engines.backend import Priority
 from gateway.metrics import GatewayMetrics
 from gateway.scheduler.jobs import JobSpec
 from gateway.scheduler.lease import SlotLease
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
+from gateway.seam.backend import Priority
 
 
 def make() -> Scheduler:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from gateway.engines.backend import Priority
 from gateway.scheduler import policy
 from gateway.scheduler.gates import Gates
 from gateway.scheduler.jobs import Job, JobSpec, JobState
 from gateway.scheduler.policy import OnWaiting, SchedulerConfig
+from gateway.seam.backend import Priority
 
 USER, TASK, BACKGROUND = Priority.USER, Priority.TASK, Priority.BACKGROUND
 AGEING = 60.0

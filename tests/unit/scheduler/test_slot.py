@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gateway.engines.backend import Priority
 from gateway.errors import QueueFullError, ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
 from gateway.scheduler.jobs import JobHandle, JobSpec, JobState
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
+from gateway.seam.backend import Priority
 
 STEP_SECONDS = 0.002
 

@@ -95,7 +95,7 @@ async def test_a_remote_backend_renders_itself_and_gets_no_local_limit() -> None
     async def remote_render(
         messages: object, tools: object = (), thinking: object = None
     ) -> object:
-        from gateway.engines.backend import Prompt
+        from gateway.seam.backend import Prompt
 
         return Prompt()
 

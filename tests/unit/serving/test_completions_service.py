@@ -7,7 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.engines.backend import (
+from gateway.errors import InvalidRequestError
+from gateway.metrics import GatewayMetrics
+from gateway.protocol.completions import Completion, CompletionRequest
+from gateway.seam.backend import (
     BackendEvent,
     Finished,
     GenerationRequest,
@@ -17,9 +20,6 @@ from gateway.engines.backend import (
     TokenEvent,
     TokenLogprob,
 )
-from gateway.errors import InvalidRequestError
-from gateway.metrics import GatewayMetrics
-from gateway.protocol.completions import Completion, CompletionRequest
 from gateway.serving.chat import ChatService
 from gateway.serving.completions import CompletionsService
 from gateway.serving.hints import HintService

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gateway.engines.reasoning import ReplyFormat
-from gateway.engines.tool_format import Marker
+from gateway.seam.reasoning import ReplyFormat
+from gateway.seam.tool_format import Marker
 from gateway.serving.reasoning import ReasoningSplitter
 
 THINKS = ReplyFormat("required", Marker("<think>"), Marker("</think>"))

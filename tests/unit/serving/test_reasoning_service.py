@@ -9,7 +9,10 @@ from dataclasses import replace
 import pytest
 from pydantic import ValidationError
 
-from gateway.engines.backend import (
+from gateway.metrics import GatewayMetrics
+from gateway.protocol.anthropic import MessagesRequest
+from gateway.protocol.openai import ChatCompletionRequest
+from gateway.seam.backend import (
     BackendEvent,
     Finished,
     GenerationRequest,
@@ -19,12 +22,9 @@ from gateway.engines.backend import (
     Started,
     TokenEvent,
 )
-from gateway.engines.reasoning import ReplyFormat
-from gateway.engines.request_parts import ChatMessage, Grammar
-from gateway.engines.tool_format import Marker
-from gateway.metrics import GatewayMetrics
-from gateway.protocol.anthropic import MessagesRequest
-from gateway.protocol.openai import ChatCompletionRequest
+from gateway.seam.reasoning import ReplyFormat
+from gateway.seam.request_parts import ChatMessage, Grammar
+from gateway.seam.tool_format import Marker
 from gateway.serving.anthropic import AnthropicMessages
 from gateway.serving.chat import ChatService
 from gateway.serving.hints import HintService

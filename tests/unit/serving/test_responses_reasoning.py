@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
-from gateway.engines.backend import BackendEvent, GenerationRequest, Started, TokenEvent
 from gateway.errors import UpstreamError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.responses import ResponseRequest
+from gateway.seam.backend import BackendEvent, GenerationRequest, Started, TokenEvent
 from gateway.serving.chat import ChatService
 from gateway.serving.hints import HintService
 from gateway.serving.response_store import ResponseStore

@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from gateway.engines.backend import (
+from gateway.metrics import GatewayMetrics
+from gateway.seam.backend import (
     BackendEvent,
     Finished,
     GenerationRequest,
@@ -15,8 +16,7 @@ from gateway.engines.backend import (
     Started,
     TokenEvent,
 )
-from gateway.engines.request_parts import Grammar
-from gateway.metrics import GatewayMetrics
+from gateway.seam.request_parts import Grammar
 from gateway.serving.speculation import Speculation, Speculator, serves, speculated_events
 
 GREEDY = SamplingParams(temperature=0)

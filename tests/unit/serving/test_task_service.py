@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.engines.backend import Priority, SamplingParams, TicketSpec
 from gateway.errors import NotFoundError, UnprocessableError
 from gateway.protocol.openai import MAX_STOP_SEQUENCES
 from gateway.protocol.tasks import TaskRunRequest
+from gateway.seam.backend import Priority, SamplingParams, TicketSpec
 from gateway.serving.tasks import sampling_arguments
 from tests.unit.fake_tasks import make_task_service
 

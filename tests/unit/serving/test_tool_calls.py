@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.engines.tool_format import call_text
+from gateway.seam.tool_format import call_text
 from gateway.serving.tool_calls import CallArguments, CallStart, TextPiece, ToolCallParser
 
 
@@ -67,7 +67,7 @@ def test_the_space_before_the_arguments_is_not_part_of_them() -> None:
 
 
 def test_qwen3s_newlines_inside_the_tags_parse_the_same() -> None:
-    from gateway.engines.tool_format import HermesFormat
+    from gateway.seam.tool_format import HermesFormat
     from gateway.serving.tool_calls import make_tool_parser
 
     fmt = HermesFormat(newline=True)
@@ -87,7 +87,7 @@ def test_qwen3s_newlines_inside_the_tags_parse_the_same() -> None:
 
 
 def test_mistral_calls_split_anywhere_give_the_same_calls() -> None:
-    from gateway.engines.tool_format import MistralFormat
+    from gateway.seam.tool_format import MistralFormat
     from gateway.serving.tool_calls import make_tool_parser
 
     for fmt in (MistralFormat(), MistralFormat(space=True)):
@@ -113,7 +113,7 @@ def test_mistral_calls_split_anywhere_give_the_same_calls() -> None:
 
 
 def test_mistral_text_without_the_control_token_is_text() -> None:
-    from gateway.engines.tool_format import MistralFormat
+    from gateway.seam.tool_format import MistralFormat
     from gateway.serving.tool_calls import make_tool_parser
 
     parser = make_tool_parser(MistralFormat())

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.engines.grammar import grammar_text
+from gateway.seam.grammar import grammar_text
 from gateway.tasks.definitions import BUILTIN_PROMPTS, TaskCatalog, TaskDefinitionError, load_task
 from gateway.tasks.thinking import ThinkingSplitter, parse_output, task_grammar
 

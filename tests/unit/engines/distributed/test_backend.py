@@ -9,11 +9,11 @@ from typing import Any, cast
 import httpx
 import pytest
 
-from gateway.engines.backend import GenerationRequest, SamplingParams, TokenEvent
 from gateway.engines.distributed.backend import ClusterUnavailableError, DistributedBackend
 from gateway.engines.distributed.supervisor import ClusterState, ClusterSupervisor
 from gateway.engines.upstream import OpenAIUpstreamBackend, UpstreamConfig
 from gateway.metrics import GatewayMetrics
+from gateway.seam.backend import GenerationRequest, SamplingParams, TokenEvent
 
 SSE = (
     'data: {"choices": [{"delta": {"content": "hi"}, "finish_reason": null}]}\n\n'

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Any, Literal, Protocol
 
-from gateway.engines.reasoning import ReplyFormat
-from gateway.engines.request_parts import ChatMessage, Grammar, ToolSpec
 from gateway.errors import InvalidRequestError
+from gateway.seam.reasoning import ReplyFormat
+from gateway.seam.request_parts import ChatMessage, Grammar, ToolSpec
 
 __all__ = [
     "Backend",

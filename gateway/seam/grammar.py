@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.engines.request_parts import Grammar
+from gateway.seam.request_parts import Grammar
 
 
 class GrammarError(ValueError):

@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gateway.engines.grammar import COMPACT_JSON, for_grammar, strict_objects
-from gateway.engines.request_parts import ChatMessage, Grammar, ToolSpec
+from gateway.seam.grammar import COMPACT_JSON, for_grammar, strict_objects
+from gateway.seam.request_parts import ChatMessage, Grammar, ToolSpec
 
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"

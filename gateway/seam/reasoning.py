@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gateway.engines.request_parts import Grammar, ToolSpec
-from gateway.engines.tool_format import HERMES, Marker, ToolChoice, ToolFormat, tool_rules
+from gateway.seam.request_parts import Grammar, ToolSpec
+from gateway.seam.tool_format import HERMES, Marker, ToolChoice, ToolFormat, tool_rules
 
 # "opened": the prompt opened the section, the reply starts inside it;
 # "required": thinking is switched on and the model opens the section itself;

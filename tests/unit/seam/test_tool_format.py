@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from gateway.engines.grammar import grammar_text
-from gateway.engines.request_parts import Grammar, ToolSpec
-from gateway.engines.tool_format import (
+from gateway.seam.grammar import grammar_text
+from gateway.seam.request_parts import Grammar, ToolSpec
+from gateway.seam.tool_format import (
     ToolChoice,
     call_text,
     generic_tool_messages,

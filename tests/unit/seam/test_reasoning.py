@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from gateway.engines.grammar import grammar_text
-from gateway.engines.reasoning import (
+from gateway.seam.grammar import grammar_text
+from gateway.seam.reasoning import (
     ReplyFormat,
     opened_in,
     reply_grammar,
     thinking_state,
 )
-from gateway.engines.request_parts import Grammar, ToolSpec
-from gateway.engines.tool_format import HermesFormat, Marker, MistralFormat, ToolChoice
+from gateway.seam.request_parts import Grammar, ToolSpec
+from gateway.seam.tool_format import HermesFormat, Marker, MistralFormat, ToolChoice
 
 WEATHER = ToolSpec(
     "get_weather", None, {"type": "object", "properties": {"city": {"type": "string"}}}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.engines.grammar import NUMBER_LIMIT, NUMBER_STEP, for_grammar, strict_objects
+from gateway.seam.grammar import NUMBER_LIMIT, NUMBER_STEP, for_grammar, strict_objects
 
 TOKENIZER = Path.home() / ".cache/onemac-gateway/models/smollm2-135m-instruct/tokenizer.json"
 
