@@ -1,7 +1,9 @@
 """Gateway over HTTP vs raw mlx-lm on the same fixed prompt, side by side in one run.
 
 Both decode greedily from the same weights on the same compute path; the gateway's prefix
-cache is switched off so that both prefill the whole prompt every run.
+cache is switched off so that both prefill the whole prompt every run. With ``--baseline
+SRC`` a second gateway runs another version's source (a git worktree or ``git archive`` of
+an earlier commit) in the same interleaved runs: before/after for decode and TTFT.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from bench.process import start_gateway
+from bench.process import RunningGateway, baseline_env, start_gateway
 from bench.stats import Summary, ratio, table, write_json
 from bench.streaming import stream_chat
 
@@ -92,47 +94,71 @@ def _gateway_run(client: httpx.Client, model: str, max_tokens: int) -> dict[str,
     return measure(started, times, memory["peak"])
 
 
+def _gateways(workdir: Path, baseline: str | None) -> dict[str, RunningGateway]:
+    config = {"cache": {"prefix_cache_bytes": 0}}
+    gateways = {"gateway (HTTP)": start_gateway(workdir / "gateway", config)}
+    if baseline:
+        gateways["baseline (HTTP)"] = start_gateway(
+            workdir / "baseline",
+            config,
+            extra_env=baseline_env(baseline),
+            cwd=workdir,  # outside this checkout: -m would import its gateway first
+        )
+    return gateways
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from gateway.config import default_cache_dir
     from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
 
     folder = ModelStore(Path(args.cache_dir or default_cache_dir())).ensure(DEFAULT_MODEL_ID)
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
-    gateway = start_gateway(workdir, {"cache": {"prefix_cache_bytes": 0}})
-    raw: list[dict[str, float]] = []
-    served: list[dict[str, float]] = []
+    gateways = _gateways(workdir, args.baseline)
+    runs: dict[str, list[dict[str, float]]] = {"raw mlx-lm": [], **{name: [] for name in gateways}}
     try:
         raw_run = _raw_runner(folder, args.max_tokens)
-        with gateway.http() as client:
-            # Interleaved, so that both variants see the same machine noise.
-            for _ in range(args.runs + 1):
-                raw.append(raw_run())
-                served.append(_gateway_run(client, DEFAULT_MODEL_ID, args.max_tokens))
+        clients = {name: gateway.http() for name, gateway in gateways.items()}
+        # Interleaved, so that every variant sees the same machine noise.
+        for index in range(args.runs + 1):
+            runs["raw mlx-lm"].append(raw_run())
+            order = list(clients.items())[:: -1 if index % 2 else 1]  # neither always first
+            for name, client in order:
+                runs[name].append(_gateway_run(client, DEFAULT_MODEL_ID, args.max_tokens))
+        for client in clients.values():
+            client.close()
     finally:
-        gateway.stop()
-    raw, served = raw[1:], served[1:]  # the first run of each is the discarded warm-up
-    summaries = {
-        (metric, name): Summary.of([r[metric] for r in runs])
+        for gateway in gateways.values():
+            gateway.stop()
+    summaries = {  # the first run of each is the discarded warm-up
+        (metric, name): Summary.of([r[metric] for r in measured[1:]])
         for metric in ("ttft_s", "decode_tps", "peak_gb", "tokens")
-        for name, runs in (("raw mlx-lm", raw), ("gateway (HTTP)", served))
+        for name, measured in runs.items()
     }
     print(table([(m, n, s) for (m, n), s in summaries.items()]))
-    ttft_gap_ms = 1000 * (
-        summaries[("ttft_s", "gateway (HTTP)")].median - summaries[("ttft_s", "raw mlx-lm")].median
-    )
-    decode_ratio = ratio(
-        summaries[("decode_tps", "gateway (HTTP)")], summaries[("decode_tps", "raw mlx-lm")]
-    )
-    print(f"\ngateway/raw decode tokens/s (medians): {decode_ratio:.3f}")
-    print(f"gateway - raw time to first token (medians): {ttft_gap_ms:+.1f} ms")
-    return {
+    result: dict[str, Any] = {
         "benchmark": "chat",
         "runs": args.runs,
         "max_tokens": args.max_tokens,
+        "baseline": args.baseline,
         "summaries": {f"{m}/{n}": s.as_dict() for (m, n), s in summaries.items()},
-        "decode_ratio_gateway_over_raw": decode_ratio,
-        "ttft_gap_ms": ttft_gap_ms,
     }
+    for name, key in (("raw mlx-lm", "raw"), ("baseline (HTTP)", "baseline")):
+        if ("ttft_s", name) not in summaries:
+            continue
+        decode_ratio = ratio(
+            summaries[("decode_tps", "gateway (HTTP)")], summaries[("decode_tps", name)]
+        )
+        ttft_ratio = ratio(summaries[("ttft_s", "gateway (HTTP)")], summaries[("ttft_s", name)])
+        ttft_gap_ms = 1000 * (
+            summaries[("ttft_s", "gateway (HTTP)")].median - summaries[("ttft_s", name)].median
+        )
+        print(f"\ngateway/{key} decode tokens/s (medians): {decode_ratio:.3f}")
+        print(f"gateway/{key} time to first token (medians): {ttft_ratio:.3f}")
+        print(f"gateway - {key} time to first token (medians): {ttft_gap_ms:+.1f} ms")
+        result[f"decode_ratio_gateway_over_{key}"] = decode_ratio
+        result[f"ttft_ratio_gateway_over_{key}"] = ttft_ratio
+        result[f"ttft_gap_ms_over_{key}"] = ttft_gap_ms
+    return result
 
 
 def main(args: argparse.Namespace) -> int:
