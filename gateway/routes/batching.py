@@ -16,14 +16,17 @@ come one at a time (the first ``await`` behaves as a plain ``anext``).
 The same hand-driven step gives keep-alive pings without a task of their own: while the
 source waits (a queued request, a long prefill, a paused background job), the step's future
 is watched together with a timer; when the timer comes first, an empty batch is handed over
-(the stream writes a ping) and the step, untouched, is carried on afterwards.
+(the stream writes a ping) and the step, untouched, is carried on afterwards. The timer runs
+from the last batch handed over, not from the future: a source that waits on many futures
+before its next item (a long prefill reports every chunk, which a chat stream swallows)
+still gets its pings.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Generator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Generator
 from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
@@ -34,23 +37,27 @@ _TIMED_OUT = object()
 
 class _Carry:
     """Awaits a started coroutine that has suspended on ``yielded``, to its end; or, with
-    ``ping_every``, until it has waited that long on one future (then ``_TIMED_OUT``, and
-    awaiting the same carry again goes on waiting)."""
+    ``ping_due`` (the loop time a ping is due at), until then (``_TIMED_OUT``, and awaiting
+    the same carry again goes on waiting)."""
 
     def __init__(
-        self, step: Coroutine[Any, Any, Any], yielded: Any, ping_every: float | None = None
+        self,
+        step: Coroutine[Any, Any, Any],
+        yielded: Any,
+        ping_due: Callable[[], float] | None = None,
     ) -> None:
         self.step = step
         self.yielded = yielded
-        self.ping_every = ping_every
+        self.ping_due = ping_due
 
     def __await__(self) -> Generator[Any, Any, Any]:
         step = self.step
         while True:
             yielded = self.yielded
             try:
-                if self.ping_every is not None and isinstance(yielded, asyncio.Future):
-                    if not (yield from _watch(yielded, self.ping_every)):
+                if self.ping_due is not None and isinstance(yielded, asyncio.Future):
+                    seconds = self.ping_due() - yielded.get_loop().time()
+                    if not (yield from _watch(yielded, seconds)):
                         return _TIMED_OUT  # still waiting on ``yielded``: not stepped
                     sent = None  # the future is done: the step reads its result itself
                 else:
@@ -98,12 +105,20 @@ async def ready_batches(
 ) -> AsyncGenerator[list[T], None]:
     """``source``'s items: the next one (waited for), with all that follow it at once (up to
     ``limit`` in a batch). With ``ping_every``: an empty batch each time the source has made
-    the caller wait that long. Closing this closes nothing: the caller owns ``source``."""
+    the caller wait that long since the last batch. Closing this closes nothing: the caller
+    owns ``source``."""
+    loop = asyncio.get_running_loop()
+    handed_over = loop.time()
+
+    def next_ping() -> float:
+        return handed_over + cast(float, ping_every)
+
+    ping_due = None if ping_every is None else next_ping
     carried: _Carry | _Ready | None = None
     while True:
         try:
             if carried is None:
-                carried = _start(source, ping_every)
+                carried = _start(source, ping_due)
             first = await carried if isinstance(carried, _Carry) else carried.value
         except StopAsyncIteration:
             return
@@ -113,6 +128,7 @@ async def ready_batches(
             except BaseException:
                 await _abandon(cast(_Carry, carried))
                 raise
+            handed_over = loop.time()
             continue
         carried = None
         batch = [cast(T, first)]
@@ -131,7 +147,7 @@ async def ready_batches(
             except Exception as error:  # raised after the items before it: those go first
                 failure = error
                 break
-            carried = _Carry(step, yielded, ping_every)  # it waits: carried on after this batch
+            carried = _Carry(step, yielded, ping_due)  # it waits: carried on after this batch
             break
         try:
             yield batch
@@ -139,6 +155,7 @@ async def ready_batches(
             if isinstance(carried, _Carry):
                 await _abandon(carried)
             raise
+        handed_over = loop.time()
         if failure is not None:
             raise failure
         if ended:
@@ -152,7 +169,7 @@ class _Ready:
         self.value = value
 
 
-def _start(source: AsyncIterator[Any], ping_every: float | None) -> _Carry | _Ready:
+def _start(source: AsyncIterator[Any], ping_due: Callable[[], float] | None) -> _Carry | _Ready:
     """The next item's step started by hand: its item if ready, else the carry that waits.
     The source's end (StopAsyncIteration) and its errors are raised here."""
     step = cast(Coroutine[Any, Any, Any], source.__anext__())
@@ -160,7 +177,7 @@ def _start(source: AsyncIterator[Any], ping_every: float | None) -> _Carry | _Re
         yielded = step.send(None)
     except StopIteration as done:
         return _Ready(done.value)
-    return _Carry(step, yielded, ping_every)
+    return _Carry(step, yielded, ping_due)
 
 
 async def _abandon(carried: _Carry) -> None:

@@ -236,3 +236,40 @@ def test_max_tokens_cuts_the_same_text_short(gateway: RunningGateway) -> None:
     three, four, full = text(3), text(4), text(30)
     assert full.startswith(four) and four.startswith(three)
     assert len(three) < len(four), "the last allowed token's text must not be dropped"
+
+
+def test_a_long_prefill_streams_keep_alive_pings(gateway: RunningGateway) -> None:
+    """While a long prompt is prefilled nothing is written but ``: ping`` comments every 10 s
+    (proxies and clients with read timeouts keep the stream). The prefill reports each chunk
+    inside the gateway, which the chat stream swallows: the ping is due 10 s after the last
+    write, however many chunks went by (it never came before, the chunks restarting its
+    timer). Background priority after a user's request: small chunks, so leaving costs
+    little; ~6,000 tokens: far longer than 10 s on a CPU."""
+    client = gateway.openai()
+    client.chat.completions.create(model=MODEL, messages=CAPITAL, max_tokens=1)
+    log = " ".join(f"line {i}: request served in {i % 97} ms;" for i in range(450))
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"Summarize log {time.time_ns()}. {log}"}],
+        "max_tokens": 8,
+        "stream": True,
+    }
+    headers = {"X-Gateway-Priority": "background"}
+    seen: list[tuple[float, str]] = []
+    with (
+        httpx.Client(base_url=gateway.base_url, timeout=60) as http,
+        http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response,
+    ):
+        assert response.status_code == 200
+        started = time.monotonic()
+        for line in response.iter_lines():
+            if line:
+                seen.append((time.monotonic() - started, line))
+            if line == ": ping" or ('"content":"' in line and '"content":""' not in line):
+                break
+    assert seen[-1][1] == ": ping", f"a token before any ping: {seen[-1]}"
+    assert 8 < seen[-1][0] < 14
+    left = time.monotonic()
+    while gateway.scheduler()["slot"] is not None:  # the prefill stops with the client
+        assert time.monotonic() - left < 10, "the prefill went on after the client left"
+        time.sleep(0.05)

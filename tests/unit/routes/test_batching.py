@@ -116,6 +116,21 @@ async def test_a_waiting_source_gets_pings_and_is_not_disturbed() -> None:
     assert log == ["closed"]
 
 
+async def test_a_source_busy_on_many_short_waits_still_gets_pings() -> None:
+    """A long prefill reports every chunk, which the chat stream swallows: the source waits
+    on many futures before its next item, and the ping is due by the time since the last
+    batch, not since the last future."""
+
+    async def prefilling() -> AsyncGenerator[str, None]:
+        for _ in range(12):  # 12 chunks of 30 ms, no item: 360 ms
+            await asyncio.sleep(0.03)
+        yield "first token"
+
+    batches = [b async for b in ready_batches(prefilling(), ping_every=0.1)]
+    assert 2 <= batches.count([]) <= 4
+    assert batches[-1] == ["first token"]
+
+
 async def test_a_source_ready_in_time_gets_no_ping() -> None:
     queue: asyncio.Queue[int | None] = asyncio.Queue()
 
