@@ -17,8 +17,10 @@ load falls on both alike.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import socket
 import tempfile
 import threading
 import time
@@ -99,6 +101,7 @@ class BackgroundLoad:
         # In prefill: long prompts, and the user arrives before the first token of any.
         self.in_prefill = in_prefill
         self.stopping = threading.Event()
+        self.responses: list[httpx.Response] = []  # shut by ``__exit__``: the client leaves
         self.tokens_seen = 0
         self.threads = [
             threading.Thread(target=self._stream, daemon=True) for _ in range(BACKGROUND_JOBS)
@@ -118,11 +121,13 @@ class BackgroundLoad:
             httpx.Client(base_url=self.gateway.base_url, timeout=600) as client,
             client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response,
         ):
-            for line in response.iter_lines():
-                if self.stopping.is_set():
-                    return
-                if '"content":"' in line and '"content":""' not in line:
-                    self.tokens_seen += 1
+            self.responses.append(response)
+            with contextlib.suppress(Exception):  # shut under it by ``__exit__``
+                for line in response.iter_lines():
+                    if self.stopping.is_set():
+                        return
+                    if '"content":"' in line and '"content":""' not in line:
+                        self.tokens_seen += 1
 
     def __enter__(self) -> BackgroundLoad:
         for thread in self.threads:
@@ -143,6 +148,13 @@ class BackgroundLoad:
 
     def __exit__(self, *exc: object) -> None:
         self.stopping.set()
+        # A stream in prefill carries no line until its next keep-alive ping (10 s): shut
+        # the connections at once, as a client that leaves does (the reader's blocked read
+        # ends; closing the response from here would wait for it).
+        for response in list(self.responses):
+            stream = response.extensions.get("network_stream")
+            with contextlib.suppress(Exception):
+                stream.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
         for thread in self.threads:
             thread.join(timeout=60)
         deadline = time.monotonic() + 120  # a loaded machine cancels slowly
