@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from bench.process import RunningGateway, baseline_env, start_gateway
+from bench.process import RunningGateway, baseline_env, start_gateway, store_serving
 from bench.stats import Summary, ratio, table, write_json
 from gateway.modelstore.store import DEFAULT_MODEL_ID
 
@@ -154,7 +154,8 @@ class BackgroundLoad:
         for response in list(self.responses):
             stream = response.extensions.get("network_stream")
             with contextlib.suppress(Exception):
-                stream.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
+                if stream is not None:
+                    stream.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
         for thread in self.threads:
             thread.join(timeout=60)
         deadline = time.monotonic() + 120  # a loaded machine cancels slowly
@@ -235,7 +236,9 @@ class Variant:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     # No prefix cache: every user request prefills its whole prompt in both variants.
-    config = {"cache": {"prefix_cache_bytes": 0}}
+    config: dict[str, Any] = {"cache": {"prefix_cache_bytes": 0}}
+    if args.model_folder:  # served under the default model's id, by either version
+        config["cache_dir"] = str(store_serving(Path(args.model_folder), workdir / "store"))
     variants: list[Variant] = []
     try:
         variants.append(Variant("gateway", start_gateway(workdir / "gateway", config)))
@@ -257,6 +260,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             variant.gateway.stop()
     print(f"load average (1, 5, 15 min) at the start {load}, at the end {load_after}\n")
     result: dict[str, Any] = {"benchmark": "priority", "runs": args.runs, "baseline": args.baseline}
+    result["model_folder"] = args.model_folder
     result["load_average"] = {"start": load, "end": load_after}
     for variant in variants:
         result[variant.name] = variant.report()
