@@ -6,8 +6,8 @@ gateway streamed with its threads' CPU per token, the same source with tokens ha
 one by one, the previous version of the source as the baseline, ``mlx_lm.server``, a
 profiled run). ``more``: the 4-bit rows and the Llama-8B TTFT rows (``gateway bench
 versus`` at 2K and 8K: cold, hinted, hinted + speculated, second turn, against
-``mlx_lm.server``). ``long``: the 8B's 32K row. Each until the time budget is spent
-(``PLAN``).
+``mlx_lm.server``). ``long``: the 8B's 32K row. ``priority``: ``gateway bench priority`` (issue 23) on SmolLM2
+and the Llama-1B shape. Each until the time budget is spent (``PLAN``).
 
 Every benchmark runs as its own process with a timeout; one failing does not stop the others.
 Everything lands in one JSON file and one log under OUT (the device tool brings back few
@@ -50,6 +50,12 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
     ],
     "long": [
         ("versus", "llama-8b-bf16", ["--context-tokens", "32768", "--runs", "5"]),
+    ],
+    # Issue 23 item 4 at a Mac's speed: the user's TTFT idle vs behind background decode and
+    # behind background prefill (a CPU decode step is ~40% of its idle TTFT; here a few %).
+    "priority": [
+        ("priority", "smollm2-bf16", ["--runs", "10"]),
+        ("priority", "llama-1b-bf16", ["--runs", "10"]),
     ],
 }  # fmt: skip
 # A step is started only when at least this much of the budget is left (seconds).
