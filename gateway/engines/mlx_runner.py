@@ -367,13 +367,22 @@ class MLXRunner:
             started = time.perf_counter()
             self.model(mx.array(chunk)[None], cache=cache)
             mx.eval([c.state for c in cache])
-            self._seconds_per_token = (time.perf_counter() - started) / len(chunk)
+            seconds = time.perf_counter() - started
+            self._seconds_per_token = seconds / len(chunk)
             done += len(chunk)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "prefill chunk: %d tokens in %.1f ms (at %d)", len(chunk), seconds * 1e3, done
+                )
             yield done
 
     def _chunk_tokens(self) -> int:
         """The next prefill chunk: the scheduler's budget, its seconds turned into tokens at
-        the pace of the last chunk (which grows with the context)."""
+        the pace of the last chunk (which grows with the context), rounded down to a power
+        of two. A timed chunk's length would otherwise differ from one chunk to the next,
+        and each new length is a new shape: a GPU backend compiles kernels for it (MLX's
+        CUDA backend paid tens of ms for each, longer than the chunk, which then measured
+        slow and shrank the next chunk to yet another length)."""
         if self.pacing is None:
             return self.prefill_chunk_tokens
         budget = self.pacing.chunk_budget(self.prefill_chunk_tokens)
@@ -381,7 +390,8 @@ class MLXRunner:
         if budget.seconds is None or not per_token:
             return budget.tokens
         fitting = int(budget.seconds / per_token)
-        return max(min(MIN_TIMED_CHUNK_TOKENS, budget.tokens), min(budget.tokens, fitting))
+        tokens = max(min(MIN_TIMED_CHUNK_TOKENS, budget.tokens), min(budget.tokens, fitting))
+        return 1 << (tokens.bit_length() - 1)
 
     def _decode_ahead(self) -> bool:
         return self.pacing is None or self.pacing.decode_ahead()

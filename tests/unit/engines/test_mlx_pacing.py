@@ -118,8 +118,17 @@ def test_a_time_budget_becomes_tokens_at_the_measured_pace(runner: MLXRunner) ->
         assert runner._chunk_tokens() == 16
         runner._seconds_per_token = 0.002  # 20 would fit: at most the budget's tokens
         assert runner._chunk_tokens() == 16
-        runner._seconds_per_token = 0.004  # 10 fit
-        assert runner._chunk_tokens() == 10
+        runner._seconds_per_token = 0.004  # 10 fit: 8, a power of two (a shape seen before)
+        assert runner._chunk_tokens() == 8
+        runner._seconds_per_token = 0.0027  # 14 fit: 8 again
+        assert runner._chunk_tokens() == 8
+        runner.pacing = ScriptedPacing(iter(()), ChunkBudget(512, seconds=0.04))
+        lengths = set()
+        for pace in (1e-4, 1.1e-4, 1.3e-4, 2e-4, 3.3e-4, 7e-4):  # 400, 363, 307, 200, 121, 57 fit
+            runner._seconds_per_token = pace
+            lengths.add(runner._chunk_tokens())
+        assert lengths == {256, 128, 64, 32}  # six paces, four lengths
+        runner.pacing = ScriptedPacing(iter(()), ChunkBudget(16, seconds=0.04))
         runner._seconds_per_token = 0.1  # none fits: the smallest worth a pass
         assert runner._chunk_tokens() == MIN_TIMED_CHUNK_TOKENS
         cache = runner.new_cache()
