@@ -54,8 +54,8 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
     # Issue 23 item 4 at a Mac's speed: the user's TTFT idle vs behind background decode and
     # behind background prefill (a CPU decode step is ~40% of its idle TTFT; here a few %).
     "priority": [
-        ("priority", "smollm2-bf16", ["--runs", "10"]),
-        ("priority", "llama-1b-bf16", ["--runs", "10"]),
+        ("priority", "llama-1b-bf16", ["--runs", "10", "--baseline", "{before}"]),
+        ("priority", "smollm2-bf16", ["--runs", "10", "--baseline", "{before}"]),
     ],
 }  # fmt: skip
 # A step is started only when at least this much of the budget is left (seconds).
