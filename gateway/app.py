@@ -15,6 +15,7 @@ from typing import Any
 from litestar import Litestar, MediaType, get
 from litestar.datastructures import State
 from litestar.di import Provide
+from litestar.logging.config import LoggingConfig
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.pydantic import PydanticPlugin
 from litestar.response import File
@@ -87,6 +88,10 @@ def create_app(settings: Settings, runner_factory: RunnerFactory | None = None) 
         request_max_body_size=settings.max_request_bytes,
         # Strict, as OpenAI's API is: "5" is not an integer.
         plugins=[PydanticPlugin(validate_strict=True)],
+        # Litestar's default logging config pins the root logger at INFO: the setting's level.
+        logging_config=LoggingConfig(
+            root={"handlers": ["queue_listener"], "level": settings.log_level.upper()}
+        ),
         openapi_config=OpenAPIConfig(
             title="onemac-gateway",
             version=gateway.__version__,

@@ -380,7 +380,9 @@ class Settings(_Section):
         description="A cap on generated tokens per request (a larger max_tokens is a 400; "
         "without one a completion ends at the cap). Default: the model's context.",
     )
-    log_level: str = "info"
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        "info", description="The gateway's log level (debug: e.g. each prefill chunk's time)."
+    )
     shutdown_grace_seconds: float = Field(
         10.0,
         ge=0,

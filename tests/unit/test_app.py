@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
@@ -55,3 +58,26 @@ async def test_auth_edges_bearer_scheme_x_api_key_and_www_authenticate() -> None
         assert unknown.status_code == 404
         metrics = (await client.get("/metrics", headers={"x-api-key": "s3cret"})).text
         assert "/no/such/path" not in metrics  # no label per unknown path
+
+
+@pytest.mark.parametrize("level", ["debug", "warning"])
+async def test_the_log_level_setting_reaches_the_gateways_loggers(level: str) -> None:
+    """Litestar's default logging config pinned the root logger at INFO, whatever the
+    setting said: a debug line of the engines never showed."""
+    root = logging.getLogger()
+    before = root.level
+    try:
+        settings = load_settings(overrides={"log_level": level}, environ={})
+        app = create_app(settings, runner_factory=lambda *_: FakeRunner())  # type: ignore[arg-type,return-value]
+        async with AsyncTestClient(app):
+            engine_log = logging.getLogger("gateway.engines.mlx_runner")
+            assert engine_log.getEffectiveLevel() == getattr(logging, level.upper())
+    finally:
+        root.setLevel(before)
+
+
+def test_an_unknown_log_level_is_a_config_error() -> None:
+    from gateway.config import ConfigError
+
+    with pytest.raises(ConfigError, match="log_level"):
+        load_settings(overrides={"log_level": "verbose"}, environ={})
