@@ -319,6 +319,12 @@ class Scheduler:
         if job.started_at is None:
             job.started_at = now
             self.observer.job_waited(job.priority.label, now - job.submitted_at)
+            log.debug(
+                "job %s (%s) starts after %.1f ms",
+                job.id,
+                _label(job),
+                1e3 * (now - job.submitted_at),
+            )
         job.state = JobState.RUNNING
         self.running = job
         if job.priority is Priority.USER:
@@ -383,6 +389,7 @@ class Scheduler:
                     return _SliceEnd.CANCELLED
                 if job.preempt_requested:
                     job.preempt_requested = False
+                    log.debug("job %s (%s) paused", job.id, _label(job))
                     return _SliceEnd.PREEMPTED
                 try:
                     event = next(job.steps)

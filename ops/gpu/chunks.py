@@ -31,11 +31,12 @@ def main(folder: str) -> int:
                 with BackgroundLoad(gateway, in_prefill=True):
                     behind = _measured(client)
                 print(f"run {run}: idle ttft/wait {idle}, behind prefill ttft/wait {behind}")
-        lines = [line for line in gateway.log().splitlines() if "prefill chunk" in line]
+        wanted = ("prefill chunk", "paused", "starts after")
+        lines = [line for line in gateway.log().splitlines() if any(w in line for w in wanted)]
     finally:
         gateway.stop()
-    print(f"{len(lines)} chunk lines; the last 120:")
-    print("\n".join(lines[-120:]))
+    print(f"{len(lines)} lines of chunks and jobs; the last 160:")
+    print("\n".join(lines[-160:]))
     return 0
 
 
