@@ -391,15 +391,15 @@ class MLXRunner:
     def _chunk_tokens(self) -> int:
         """The next prefill chunk: the scheduler's budget, its seconds turned into tokens at
         the pace of the last chunk (which grows with the context), rounded down to a power
-        of two. A timed chunk's length would otherwise differ from one chunk to the next,
-        and each new length is a new shape: a GPU backend compiles kernels for it (MLX's
-        CUDA backend paid tens of ms for each, longer than the chunk, which then measured
-        slow and shrank the next chunk to yet another length)."""
+        of two — on a CPU. A GPU backend compiles kernels for each new shape: chunks whose
+        length follows the clock gave it a new shape at nearly every chunk, each paying a
+        compile (MLX's CUDA backend: ~70 ms against ~7 ms for a chunk whose shape it had
+        seen, Llama-1B shape, H200), so there the budget's tokens alone decide."""
         if self.pacing is None:
             return self.prefill_chunk_tokens
         budget = self.pacing.chunk_budget(self.prefill_chunk_tokens)
         per_token = self._seconds_per_token
-        if budget.seconds is None or not per_token:
+        if budget.seconds is None or not per_token or self.compute.device != "cpu":
             return budget.tokens
         fitting = int(budget.seconds / per_token)
         tokens = max(min(MIN_TIMED_CHUNK_TOKENS, budget.tokens), min(budget.tokens, fitting))
