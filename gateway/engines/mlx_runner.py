@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from gateway.engines.constrained import GrammarConstraint, make_llg_tokenizer
 from gateway.engines.device import ComputePath
 from gateway.engines.family import TAIL_TOKENS, ModelFamily, family_of
-from gateway.engines.kv_room import room_for
 from gateway.engines.logprobs import TokenSpeller
 from gateway.engines.prefix_disk import weights_fingerprint
 from gateway.engines.reasoning_section import ReasoningSection
@@ -140,7 +139,7 @@ class MLXGeneration:
         # Tokens generated elsewhere: their text was sent already.
         text.replay(prompt[len(prompt) - self.resumed :])
         try:
-            yield from self._prefill(uncached[:head], room=len(uncached))
+            yield from self._prefill(uncached[:head])
             yield from self._decode(steps, text, max_tokens)
         finally:
             steps.close()
@@ -150,11 +149,9 @@ class MLXGeneration:
             offset = runner.cache_length(cache)
             self.state = PromptState(cache, tuple((prompt + self._generated)[:offset]))
 
-    def _prefill(self, head: list[int], room: int) -> Iterator[BackendEvent]:
-        """The head's chunks, with room in the cache for ``room`` tokens: the head and the
-        tail that goes with the first token's pass."""
+    def _prefill(self, head: list[int]) -> Iterator[BackendEvent]:
         assert self._cache is not None
-        for done in self._runner.prefill(head, self._cache, room=room):
+        for done in self._runner.prefill(head, self._cache):
             yield PrefillProgress(self.cached_tokens + done)
             self._restore_released_cache()
 
@@ -361,16 +358,7 @@ class MLXRunner:
     def cache_length(self, cache: KVCache) -> int:
         return int(cache[0].offset) if cache else 0
 
-    def prefill(
-        self, tokens: Sequence[int], cache: KVCache, room: int | None = None
-    ) -> Iterator[int]:
-        """``tokens`` into ``cache`` in chunks, yielding how many are in after each. The room
-        for them (or for ``room`` tokens, more to follow) is made at the first (``kv_room``)."""
-        if tokens:
-            with room_for(cache, max(room or 0, len(tokens))):
-                yield from self._prefill_chunks(tokens, cache)
-
-    def _prefill_chunks(self, tokens: Sequence[int], cache: KVCache) -> Iterator[int]:
+    def prefill(self, tokens: Sequence[int], cache: KVCache) -> Iterator[int]:
         import mlx.core as mx
 
         done = 0
