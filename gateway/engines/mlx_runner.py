@@ -379,15 +379,16 @@ class MLXRunner:
     def _chunk_tokens(self) -> int:
         """The next prefill chunk: the scheduler's budget, its seconds turned into tokens at
         the pace of the last chunk (which grows with the context), rounded down to a power
-        of two — on a CPU. A GPU backend compiles kernels for each new shape: chunks whose
-        length follows the clock gave it a new shape at nearly every chunk, each paying a
-        compile (MLX's CUDA backend: ~70 ms against ~7 ms for a chunk whose shape it had
-        seen, Llama-1B shape, H200), so there the budget's tokens alone decide."""
+        of two. Not on CUDA: MLX's CUDA backend compiles kernels for each new chunk shape
+        (its length and its position), ~70 ms against ~7 ms for a shape it has seen
+        (Llama-1B shape, H200), and chunks whose length followed the clock made nearly every
+        chunk new; there the budget's tokens alone decide, so positions recur. Metal's
+        kernels take their shapes at run time: the Mac keeps the timed chunks."""
         if self.pacing is None:
             return self.prefill_chunk_tokens
         budget = self.pacing.chunk_budget(self.prefill_chunk_tokens)
         per_token = self._seconds_per_token
-        if budget.seconds is None or not per_token or self.compute.device != "cpu":
+        if budget.seconds is None or not per_token or self.compute.device == "cuda":
             return budget.tokens
         fitting = int(budget.seconds / per_token)
         tokens = max(min(MIN_TIMED_CHUNK_TOKENS, budget.tokens), min(budget.tokens, fitting))

@@ -13,9 +13,9 @@ width; every pass reads all the weights), so the grain follows who may arrive:
 * task or background work while a user may arrive — a user job is waiting, the user is
   typing, or a user job ran within ``USER_ACTIVE_SECONDS`` (someone in a conversation
   sends the next message within minutes, unannounced): a quarter of the engine's chunk, and
-  on a CPU about ``SMALL_CHUNK_SECONDS`` of work (the runner turns that into tokens at its
-  measured pace, which slows as the context grows; a GPU runner keeps the tokens, as each
-  new chunk shape costs it a kernel compile). On this CPU a 64-token chunk at a ~5,000-token
+  about ``SMALL_CHUNK_SECONDS`` of work (the runner turns that into tokens at its measured
+  pace, which slows as the context grows; on CUDA it keeps the tokens, as each new chunk
+  shape costs a kernel compile there). On this CPU a 64-token chunk at a ~5,000-token
   context took ~0.2 s, longer than a short chat's whole prefill (``gateway bench priority``'s
   prefill row);
 * task or background work with nobody around: the engine's own chunk.
