@@ -5,6 +5,7 @@ prefill chunk's time budget becomes tokens at the measured pace."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import mlx.core as mx
 import pytest
@@ -128,6 +129,12 @@ def test_a_time_budget_becomes_tokens_at_the_measured_pace(runner: MLXRunner) ->
             runner._seconds_per_token = pace
             lengths.add(runner._chunk_tokens())
         assert lengths == {256, 128, 64, 32}  # six paces, four lengths
+        compute = runner.compute
+        runner.compute = replace(compute, device="cuda")  # shapes compiled per length there
+        try:
+            assert {runner._chunk_tokens() for _ in range(2)} == {512}  # the budget's tokens
+        finally:
+            runner.compute = compute
         runner.pacing = ScriptedPacing(iter(()), ChunkBudget(16, seconds=0.04))
         runner._seconds_per_token = 0.1  # none fits: the smallest worth a pass
         assert runner._chunk_tokens() == MIN_TIMED_CHUNK_TOKENS
