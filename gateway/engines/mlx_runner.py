@@ -382,8 +382,8 @@ class MLXRunner:
         of two. Not on CUDA: MLX's CUDA backend compiles kernels for each new chunk shape
         (its length and its position), ~70 ms against ~7 ms for a shape it has seen
         (Llama-1B shape, H200), and chunks whose length followed the clock made nearly every
-        chunk new; there the budget's tokens alone decide, so positions recur. Metal's
-        kernels take their shapes at run time: the Mac keeps the timed chunks."""
+        chunk new; there the budget's tokens alone decide, so positions recur. The CPU and
+        Metal keep the timed chunks (the compile was measured on CUDA only)."""
         if self.pacing is None:
             return self.prefill_chunk_tokens
         budget = self.pacing.chunk_budget(self.prefill_chunk_tokens)
