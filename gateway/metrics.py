@@ -14,6 +14,7 @@ a family can move between groups without touching them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -24,7 +25,13 @@ EXPERT_READ_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-class RequestMetrics:
+class _Concern:
+    """The families of one concern, registered in the registry they are given."""
+
+    def __init__(self, registry: CollectorRegistry) -> None: ...
+
+
+class RequestMetrics(_Concern):
     """HTTP requests, counted by the outermost middleware."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -36,7 +43,7 @@ class RequestMetrics:
         )
 
 
-class SchedulerMetrics:
+class SchedulerMetrics(_Concern):
     """The inference slot, its queues and gates; the scheduler's observer
     (``gateway.scheduler.observer.SchedulerObserver``), so the scheduler reports its events
     here instead of importing this module. It publishes its lanes when it is built."""
@@ -118,7 +125,7 @@ class SchedulerMetrics:
             self.queue_depth.labels(lane).set(depth)
 
 
-class GenerationMetrics:
+class GenerationMetrics(_Concern):
     """What a chat generation took and gave, by model."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -149,7 +156,7 @@ class GenerationMetrics:
         )
 
 
-class PrefixCacheMetrics:
+class PrefixCacheMetrics(_Concern):
     """The prefix KV-cache store (vllm:prefix_cache_queries / prefix_cache_hits)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -168,7 +175,7 @@ class PrefixCacheMetrics:
         )
 
 
-class HintMetrics:
+class HintMetrics(_Concern):
     """Typing hints and the speculative first tokens they allow (no vLLM/llama.cpp
     counterpart: nobody else sees the draft)."""
 
@@ -194,7 +201,7 @@ class HintMetrics:
         )
 
 
-class TierMetrics:
+class TierMetrics(_Concern):
     """Tiers and backends: the same request measured per tier and backend kind."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -226,7 +233,7 @@ class TierMetrics:
         )
 
 
-class EmbeddingMetrics:
+class EmbeddingMetrics(_Concern):
     """Embeddings (vllm:request_success_total and vllm:prompt_tokens_total of a pooling
     model): requests and the tokens of their inputs."""
 
@@ -245,7 +252,7 @@ class EmbeddingMetrics:
         )
 
 
-class ResidencyMetrics:
+class ResidencyMetrics(_Concern):
     """Ollama's load/unload cycle of local models, as metrics."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -274,7 +281,7 @@ class ResidencyMetrics:
         )
 
 
-class ClusterMetrics:
+class ClusterMetrics(_Concern):
     """Distributed tiers (``gateway.engines.distributed``): mlx.launch clusters the gateway
     runs."""
 
@@ -294,7 +301,7 @@ class ClusterMetrics:
         )
 
 
-class PeerMetrics:
+class PeerMetrics(_Concern):
     """Peers (no vLLM/llama.cpp counterpart): tickets between gateways, their failures and
     the peers known."""
 
@@ -357,7 +364,7 @@ class PeerMetrics:
         )
 
 
-class ExpertMetrics:
+class ExpertMetrics(_Concern):
     """Expert streaming (``gateway.engines.experts``). No vLLM/llama.cpp counterpart; the
     hits and misses are counted per MoE layer and step (one lookup per routed expert)."""
 
@@ -390,21 +397,6 @@ class ExpertMetrics:
         )
 
 
-_CONCERNS = (
-    RequestMetrics,
-    SchedulerMetrics,
-    GenerationMetrics,
-    PrefixCacheMetrics,
-    HintMetrics,
-    TierMetrics,
-    EmbeddingMetrics,
-    ResidencyMetrics,
-    ClusterMetrics,
-    PeerMetrics,
-    ExpertMetrics,
-)
-
-
 class GatewayMetrics(
     RequestMetrics,
     SchedulerMetrics,
@@ -426,8 +418,8 @@ class GatewayMetrics(
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        for concern in _CONCERNS:
-            concern.__init__(self, self.registry)
+        for concern in GatewayMetrics.__bases__:  # each concern, named once: in the bases
+            cast(type[_Concern], concern).__init__(self, self.registry)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
