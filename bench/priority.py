@@ -65,7 +65,7 @@ def _slot_waits(client: httpx.Client) -> tuple[float, float]:
     return found["sum"], found["count"]
 
 
-def _measured(client: httpx.Client) -> tuple[float, float]:
+def user_ttft_and_wait(client: httpx.Client) -> tuple[float, float]:
     """One user request's time to first token and its wait for the slot."""
     waited, count = _slot_waits(client)
     ttft = _ttft(client)
@@ -190,11 +190,11 @@ class Variant:
     def run_once(self) -> None:
         idle, decoding, prefilling = ROWS
         with self.gateway.http() as client:
-            self._note(idle, _measured(client))
+            self._note(idle, user_ttft_and_wait(client))
             with BackgroundLoad(self.gateway):
-                self._note(decoding, _measured(client))
+                self._note(decoding, user_ttft_and_wait(client))
             with BackgroundLoad(self.gateway, in_prefill=True) as load:
-                self._note(prefilling, _measured(client))
+                self._note(prefilling, user_ttft_and_wait(client))
                 self.still_in_prefill += load.tokens_seen == 0
 
     def _note(self, row: str, measured: tuple[float, float]) -> None:

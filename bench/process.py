@@ -219,16 +219,13 @@ class RunningUpstream:
 
 def start_mlx_lm_server(workdir: Path, model_folder: Path) -> RunningUpstream:
     """Start ``python -m mlx_lm.server`` on ``model_folder``, with OpenBLAS on Linux."""
-    from gateway.engines.device import OPENBLAS_CANDIDATES
+    from gateway.engines.device import openblas_preload
 
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log_path = workdir / "mlx_lm_server.log"
-    env = dict(os.environ)
     # Like the gateway, mlx-lm is only fast on a Linux CPU with OpenBLAS loaded first.
-    blas = next((p for p in OPENBLAS_CANDIDATES if os.path.exists(p)), None)
-    if blas and sys.platform == "linux":
-        env["LD_PRELOAD"] = blas
+    env = {**os.environ, **openblas_preload()}
     process = subprocess.Popen(
         [sys.executable, "-m", "mlx_lm.server", "--model", str(model_folder), "--port", str(port)],
         stdout=log_path.open("wb"),

@@ -70,18 +70,34 @@ def _openblas_core(library: ctypes.CDLL) -> str:
         return "unknown"
 
 
+def openblas_paths() -> list[str]:
+    """The OpenBLAS libraries on this machine, the preferred first (``GATEWAY_OPENBLAS``
+    names one; else the distributions' usual places)."""
+    override = os.environ.get("GATEWAY_OPENBLAS")
+    return [
+        path
+        for path in ((override,) if override else OPENBLAS_CANDIDATES)
+        if path and os.path.exists(path)
+    ]
+
+
+def openblas_preload() -> dict[str, str]:
+    """The environment that makes another process load OpenBLAS first (MLX, or mlx-lm's
+    server, on a Linux CPU: only fast that way), or none."""
+    paths = openblas_paths() if sys.platform == "linux" else []
+    return {"LD_PRELOAD": paths[0]} if paths else {}
+
+
 def _load_openblas() -> str | None:
     if "mlx.core" in sys.modules:
         # Too late: MLX has already bound its BLAS symbols.
         return None
-    override = os.environ.get("GATEWAY_OPENBLAS")
-    for path in (override,) if override else OPENBLAS_CANDIDATES:
-        if path and os.path.exists(path):
-            try:
-                library = ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
-            except OSError:
-                continue
-            return f"{path} core={_openblas_core(library)}"
+    for path in openblas_paths():
+        try:
+            library = ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
+        except OSError:
+            continue
+        return f"{path} core={_openblas_core(library)}"
     return None
 
 

@@ -81,6 +81,7 @@ def decodes_ahead(*, stopping: bool) -> bool:
     """Whether the running job may queue its next decode step before reading the current
     one: not when it is about to stop (paused or cancelled), so nothing computes behind it.
     Refusing it to background work while a user may arrive was measured and dropped (``bench
-    priority``, 2-core CPU, old and new side by side): each unpipelined step took longer, so
-    the user waited longer behind it (loaded/idle 1.38 vs 1.28 medians)."""
+    priority --runs 10``, 2-core CPU, quiet, side by side): loaded/idle 1.357 vs 1.364 with it
+    (medians), the slot wait 51 vs 41 ms — the unpipelined step is longer by its Python part,
+    which takes back what not computing beside the user's prefill gains."""
     return not stopping

@@ -4,7 +4,6 @@ supervisor that launches it now, and the upstream backend that talks to its rank
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from gateway.config import (
     Settings,
     TierSettings,
 )
-from gateway.engines.device import OPENBLAS_CANDIDATES
+from gateway.engines.device import openblas_preload
 from gateway.engines.distributed.backend import DistributedBackend, metrics_listener
 from gateway.engines.distributed.launch import (
     ClusterHost,
@@ -54,7 +53,7 @@ def distributed_backend(
         backend=cluster.backend,
         sharding=cluster.sharding,
         python=cluster.python or sys.executable,
-        env={**_blas_preload(), **cluster.env},
+        env={**openblas_preload(), **cluster.env},
         server_args=tuple(cluster.server_args),
         starting_port=cluster.starting_port,
     )
@@ -90,12 +89,21 @@ def distributed_backend(
     return backend
 
 
+def _hostfile_entries(path: Path) -> list[ClusterHostSettings]:
+    """An mlx.launch hostfile's hosts: a JSON list, or an object with a ``hosts`` list.
+    Anything else is a ValueError naming the file (the tier's start turns it into a
+    ConfigError), never a KeyError from deep inside."""
+    data = json.loads(path.read_text())
+    listed = data.get("hosts") if isinstance(data, dict) else data
+    if not isinstance(listed, list) or not listed:
+        raise ValueError(f"{path}: not an mlx.launch hostfile (a JSON list of hosts)")
+    return [ClusterHostSettings.model_validate(entry) for entry in listed]
+
+
 def _hosts(cluster: ClusterSettings) -> list[ClusterHost]:
     entries: list[str | ClusterHostSettings] = list(cluster.hosts)
     if cluster.hostfile is not None:
-        data = json.loads(Path(cluster.hostfile).read_text())
-        listed = data["hosts"] if isinstance(data, dict) else data
-        entries = [ClusterHostSettings.model_validate(entry) for entry in listed]
+        entries = list(_hostfile_entries(Path(cluster.hostfile)))
     hosts = []
     for entry in entries:
         if isinstance(entry, str):
@@ -103,11 +111,3 @@ def _hosts(cluster: ClusterSettings) -> list[ClusterHost]:
         else:
             hosts.append(ClusterHost(entry.ssh, tuple(entry.ips), tuple(entry.rdma)))
     return hosts
-
-
-def _blas_preload() -> dict[str, str]:
-    """On Linux, MLX is only fast with OpenBLAS loaded first (as the gateway itself does)."""
-    if sys.platform != "linux":
-        return {}
-    blas = next((p for p in OPENBLAS_CANDIDATES if os.path.exists(p)), None)
-    return {"LD_PRELOAD": blas} if blas else {}

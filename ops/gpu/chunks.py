@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.priority import BackgroundLoad, _measured
+from bench.priority import BackgroundLoad, user_ttft_and_wait
 from bench.process import start_gateway, store_serving
 
 
@@ -27,9 +27,9 @@ def main(folder: str) -> int:
     try:
         with gateway.http() as client:
             for run in range(4):
-                idle = _measured(client)
+                idle = user_ttft_and_wait(client)
                 with BackgroundLoad(gateway, in_prefill=True):
-                    behind = _measured(client)
+                    behind = user_ttft_and_wait(client)
                 print(f"run {run}: idle ttft/wait {idle}, behind prefill ttft/wait {behind}")
         wanted = ("prefill chunk", "paused", "starts after")
         lines = [line for line in gateway.log().splitlines() if any(w in line for w in wanted)]

@@ -62,16 +62,11 @@ class DistributedBackend(WrappedBackend):
         self.tier = tier
         self.model_id = model_id
         self.supervisor = supervisor
-        self.upstream = upstream
         self.wait_ready = wait_ready
-
-    @property
-    def vocab_size(self) -> int | None:
-        return None
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
         await self._until_ready()
-        async for event in self.upstream.generate(request):
+        async for event in self.inner.generate(request):
             yield event
 
     async def _until_ready(self) -> None:
@@ -105,4 +100,4 @@ class DistributedBackend(WrappedBackend):
 
     async def close(self) -> None:
         await self.supervisor.stop()
-        await self.upstream.close()
+        await self.inner.close()

@@ -121,3 +121,27 @@ def test_config_a_cluster_goes_with_its_kind(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="hosts or hostfile"):
         load_settings(config, environ={})
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"host": []}', '"ring"', "[]", '[{"ssh": 1}]', "{not json", '{"hosts": {"ssh": "a"}}'],
+)
+def test_a_damaged_hostfile_is_a_clear_error(tmp_path: Path, text: str) -> None:
+    from gateway.wiring.clusters import _hostfile_entries
+
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text(text)
+    with pytest.raises(ValueError):  # the tier's start makes it a ConfigError naming the tier
+        _hostfile_entries(hostfile)
+
+
+def test_a_hostfile_as_mlx_writes_it_is_read(tmp_path: Path) -> None:
+    from gateway.wiring.clusters import _hostfile_entries
+
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text('{"backend": "ring", "hosts": [{"ssh": "a", "ips": ["10.0.0.1"]}]}')
+    (entry,) = _hostfile_entries(hostfile)
+    assert entry.ssh == "a" and entry.ips == ["10.0.0.1"]
+    hostfile.write_text('[{"ssh": "b", "ips": []}]')
+    assert [e.ssh for e in _hostfile_entries(hostfile)] == ["b"]
