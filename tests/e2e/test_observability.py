@@ -155,3 +155,26 @@ def test_the_launchd_plist_is_well_formed() -> None:
     plist = plistlib.loads((OPS / "service" / "com.onemac.gateway.plist").read_bytes())
     assert plist["Label"] == "com.onemac.gateway"
     assert plist["ProgramArguments"][-2:] == ["gateway", "serve"]
+
+
+def test_log_level_debug_shows_prefill_chunks_and_job_waits(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """``log_level = "debug"`` reaches the gateway's own loggers (Litestar's default logging
+    config held them at INFO): a prompt longer than one chunk logs each chunk, and the job its
+    wait for the slot."""
+    long_text = " ".join(f"Line {i} of the notes." for i in range(60))
+    messages = [{"role": "user", "content": f"{long_text} Summarize."}]
+    gateway = start_gateway(tmp_path_factory.mktemp("debug"), {"log_level": "debug"})
+    try:
+        reply = gateway.openai().chat.completions.create(
+            model=MODEL,
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=2,
+        )
+        assert reply.choices[0].finish_reason in ("stop", "length")
+        log = gateway.log()
+    finally:
+        gateway.stop()
+    assert re.search(r"prefill chunk: \d+ tokens in [\d.]+ ms \(at \d+\)", log)
+    assert re.search(r"job \S+ \(user\) starts after [\d.]+ ms", log)
