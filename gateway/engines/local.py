@@ -30,6 +30,8 @@ from gateway.seam.backend import (
     BackendKind,
     Capabilities,
     GenerationRequest,
+    JobStep,
+    PassPoint,
     PrefillProgress,
     Priority,
     Prompt,
@@ -83,10 +85,10 @@ class GenerationSteps:
         self._generation: Generation | None = None
         self._steps = self._run(start, prompt_tokens, keep)
 
-    def __iter__(self) -> Iterator[BackendEvent]:
+    def __iter__(self) -> Iterator[JobStep]:
         return self
 
-    def __next__(self) -> BackendEvent:
+    def __next__(self) -> JobStep:
         return next(self._steps)
 
     def close(self) -> None:
@@ -104,7 +106,7 @@ class GenerationSteps:
         start: Callable[[], Generation],
         prompt_tokens: int,
         keep: Callable[[PromptState], None],
-    ) -> Generator[BackendEvent, None, None]:
+    ) -> Generator[JobStep, None, None]:
         generation = self._generation = start()
         yield Started(prompt_tokens, generation.cached_tokens)
         try:
@@ -413,7 +415,7 @@ class LocalBackend:
             raise
         return LocalWarmup(self, job)
 
-    def _prefill(self, runner: ModelRunner, tokens: list[int]) -> Iterator[BackendEvent]:
+    def _prefill(self, runner: ModelRunner, tokens: list[int]) -> Iterator[JobStep]:
         """The pre-prefill job's steps, on the inference thread."""
         state = self._cached_prefix(runner, tokens)
         cache = state.cache if state is not None else runner.new_cache()
@@ -421,7 +423,7 @@ class LocalBackend:
         yield Started(len(tokens), cached)
         try:
             for done in runner.prefill(tokens[cached:], cache):
-                yield PrefillProgress(cached + done)
+                yield done if isinstance(done, PassPoint) else PrefillProgress(cached + done)
             if self.disk is not None:  # complete: worth keeping across a restart
                 self._save_to_disk(runner, tokens, cache)  # never raises: a full disk is logged
         finally:

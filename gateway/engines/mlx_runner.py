@@ -24,9 +24,11 @@ from gateway.engines.runner import KVCache, PromptState
 from gateway.engines.text_tail import TextTail
 from gateway.engines.weights import WeightsMode, default_mode, load_model
 from gateway.seam.backend import (
-    BackendEvent,
+    PASS_POINT,
     Finished,
     FinishReason,
+    JobStep,
+    PassPoint,
     PrefillProgress,
     SamplingParams,
     TokenChoice,
@@ -88,13 +90,16 @@ class MLXGeneration:
         self._generated: list[int] = []
         self._released_offset = 0  # > 0 while the cache is released: the tokens to recompute
         self._speller = runner._token_speller() if params.logprobs is not None else None
-        self._events: Generator[BackendEvent, None, None] = self._run(constraint)
+        self._mid_pass = False
+        self._events: Generator[JobStep, None, None] = self._run(constraint)
 
-    def __iter__(self) -> Iterator[BackendEvent]:
-        return self._events
+    def __iter__(self) -> Iterator[JobStep]:
+        return self
 
-    def __next__(self) -> BackendEvent:
-        return next(self._events)
+    def __next__(self) -> JobStep:
+        event = next(self._events)
+        self._mid_pass = event is PASS_POINT
+        return event
 
     def close(self) -> None:
         self._events.close()
@@ -109,7 +114,9 @@ class MLXGeneration:
         from mlx_lm.models.cache import KVCache
 
         cache = self._cache
-        if not cache or self._released_offset or not all(type(c) is KVCache for c in cache):
+        if self._mid_pass or not cache or self._released_offset:
+            return False  # paused inside a pass: its rest still reads the cache
+        if not all(type(c) is KVCache for c in cache):
             return False
         self._released_offset = cache[0].offset
         for layer in cache:
@@ -117,7 +124,7 @@ class MLXGeneration:
             layer.offset = 0
         return True
 
-    def _run(self, constraint: GrammarConstraint | None) -> Generator[BackendEvent, None, None]:
+    def _run(self, constraint: GrammarConstraint | None) -> Generator[JobStep, None, None]:
         runner, params, prompt = self._runner, self._params, self.prompt
         given = self._given_cache
         cache = self._cache = given if given is not None else runner.new_cache()
@@ -149,17 +156,24 @@ class MLXGeneration:
             offset = runner.cache_length(cache)
             self.state = PromptState(cache, tuple((prompt + self._generated)[:offset]))
 
-    def _prefill(self, head: list[int]) -> Iterator[BackendEvent]:
+    def _prefill(self, head: list[int]) -> Iterator[JobStep]:
         assert self._cache is not None
         for done in self._runner.prefill(head, self._cache):
+            if isinstance(done, PassPoint):
+                yield done
+                continue
             yield PrefillProgress(self.cached_tokens + done)
             self._restore_released_cache()
 
     def _decode(
-        self, steps: Iterator[tuple[int, Any]], text: TextTail, max_tokens: int
-    ) -> Iterator[BackendEvent]:
+        self, steps: Iterator[tuple[int, Any] | PassPoint], text: TextTail, max_tokens: int
+    ) -> Iterator[JobStep]:
         generated, end_tokens = self._generated, self._runner.eos_token_ids
-        for token, logprobs in steps:
+        for step in steps:
+            if isinstance(step, PassPoint):
+                yield step
+                continue
+            token, logprobs = step
             generated.append(token)
             if token in end_tokens:
                 break
@@ -358,7 +372,7 @@ class MLXRunner:
     def cache_length(self, cache: KVCache) -> int:
         return int(cache[0].offset) if cache else 0
 
-    def prefill(self, tokens: Sequence[int], cache: KVCache) -> Iterator[int]:
+    def prefill(self, tokens: Sequence[int], cache: KVCache) -> Iterator[int | PassPoint]:
         import mlx.core as mx
 
         done = 0
@@ -366,8 +380,14 @@ class MLXRunner:
             chunk = list(tokens[done : done + self._chunk_tokens()])
             started = time.perf_counter()
             self.model(mx.array(chunk)[None], cache=cache)
-            mx.eval([c.state for c in cache])
-            seconds = time.perf_counter() - started
+            states = [c.state for c in cache]
+            paused = 0.0  # the time spent paused inside the chunk is not its pace
+            for _ in self._computed_in_stages(cache):
+                point = time.perf_counter()
+                yield PASS_POINT
+                paused += time.perf_counter() - point
+            mx.eval(states)
+            seconds = time.perf_counter() - started - paused
             self._seconds_per_token = seconds / len(chunk)
             done += len(chunk)
             if log.isEnabledFor(logging.DEBUG):
@@ -395,7 +415,24 @@ class MLXRunner:
         return 1 << (tokens.bit_length() - 1)
 
     def _decode_ahead(self) -> bool:
-        return self.pacing is None or self.pacing.decode_ahead()
+        return self.pacing is None or (
+            self.pacing.decode_ahead() and self.pacing.pass_stages() == 1
+        )
+
+    def _computed_in_stages(self, cache: KVCache) -> Iterator[None]:
+        """Compute the pass just built into ``cache`` a group of layers at a time while the
+        scheduler asks for stages (``Pacing.pass_stages``), yielding after each group but
+        the last: points where the job may be paused with the rest of the pass still lazy.
+
+        A group ends at a layer's cache: its keys and values need every layer below it, and
+        nothing above. They are taken now, as a paused job's cache may be replaced."""
+        import mlx.core as mx
+
+        stages = 1 if self.pacing is None else self.pacing.pass_stages()
+        ends = [cache[len(cache) * k // stages].state for k in range(1, min(stages, len(cache)))]
+        for arrays in ends:
+            mx.eval(arrays)
+            yield
 
     # -- embeddings --------------------------------------------------------------------------
 
@@ -473,7 +510,7 @@ class MLXRunner:
         constraint: GrammarConstraint | None,
         resumed: int = 0,
         section: ReasoningSection | None = None,
-    ) -> Generator[tuple[int, Any], None, None]:
+    ) -> Generator[tuple[int, Any] | PassPoint, None, None]:
         """Token ids and the log-probabilities they were drawn from (after every processor,
         the grammar's mask included): the first from one pass over the uncached prompt, the
         rest from mlx-lm.
@@ -499,6 +536,8 @@ class MLXRunner:
             grammar.insert(0, section)
         fed = mx.array(uncached)
         logits = self.model(fed[None], cache=cache)[:, -1, :]
+        for _ in self._computed_in_stages(cache):
+            yield PASS_POINT
         for processor in [*make_job_logits_processors(params, len(uncached)), *grammar]:
             logits = processor(fed, logits)
         logprobs = logits - mx.logsumexp(logits, keepdims=True)
@@ -516,7 +555,7 @@ class MLXRunner:
         sampler: Callable[[Any], Any],
         processors: list[Callable[[Any, Any], Any]],
         count: int,
-    ) -> Generator[tuple[int, Any], None, None]:
+    ) -> Generator[tuple[int, Any] | PassPoint, None, None]:
         """``count`` tokens after ``first``, as mlx-lm's ``generate_step`` computes them: the
         same pass on its generation stream, sampler and processors, each step queued while
         the one before is still computing (so the device never waits for Python) — except
@@ -539,8 +578,14 @@ class MLXRunner:
                 logprobs = logits - mx.logsumexp(logits, keepdims=True)
                 return sampler(logprobs), logprobs.squeeze(0)
 
-        current = step(mx.array([first]))
-        mx.async_eval(*current)
+        def queued(token: Any) -> Generator[PassPoint, None, tuple[Any, Any]]:
+            pass_ = step(token)
+            for _ in self._computed_in_stages(cache):
+                yield PASS_POINT
+            mx.async_eval(*pass_)
+            return pass_
+
+        current = yield from queued(mx.array([first]))
         for n in range(count):
             # Like generate_step, also one step past the last token (it feeds that token
             # into the cache, which the prefix store then holds).
@@ -551,8 +596,7 @@ class MLXRunner:
             if n % 256 == 0:
                 mx.clear_cache()
             if ahead is None:  # resumed (or going on) after a step not queued ahead
-                ahead = step(current[0])
-                mx.async_eval(*ahead)
+                ahead = yield from queued(current[0])
             current = ahead
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.seam.backend import BackendEvent, SamplingParams
+from gateway.seam.backend import JobStep, PassPoint, SamplingParams
 from gateway.seam.reasoning import ReplyFormat
 from gateway.seam.request_parts import ChatMessage, ToolSpec
 
@@ -30,15 +30,15 @@ class PromptState:
 
 class Generation(Protocol):
     """A generation in flight: iterate it for ``PrefillProgress``, ``TokenEvent`` and a last
-    ``Finished``; close it to cancel. One event per token, so a consumer can stop within one."""
+    ``Finished`` (and, under a scheduler, points to pause at); close it to cancel. One event per token, so a consumer can stop within one."""
 
     cached_tokens: int
     # Set when the generation has ended: the cache and exactly the tokens it holds.
     state: PromptState | None
 
-    def __iter__(self) -> Iterator[BackendEvent]: ...
+    def __iter__(self) -> Iterator[JobStep]: ...
 
-    def __next__(self) -> BackendEvent: ...
+    def __next__(self) -> JobStep: ...
 
     def close(self) -> None: ...
 
@@ -94,8 +94,9 @@ class ModelRunner(Protocol):
         """How many tokens ``cache`` holds."""
         ...
 
-    def prefill(self, tokens: Sequence[int], cache: KVCache) -> Iterator[int]:
-        """Feed ``tokens`` into ``cache`` in chunks, yielding the count done after each chunk."""
+    def prefill(self, tokens: Sequence[int], cache: KVCache) -> Iterator[int | PassPoint]:
+        """Feed ``tokens`` into ``cache`` in chunks, yielding the count done after each chunk
+        (and ``PASS_POINT`` inside a chunk computed in stages: ``Pacing.pass_stages``)."""
         ...
 
     def generate(

@@ -32,7 +32,7 @@ from gateway.scheduler.jobs import Job, JobHandle, JobSpec, JobState
 from gateway.scheduler.observer import SchedulerObserver
 from gateway.scheduler.pacing import ChunkBudget
 from gateway.scheduler.policy import OnWaiting, SchedulerConfig
-from gateway.seam.backend import Priority, TokenEvent
+from gateway.seam.backend import PASS_POINT, Priority, TokenEvent
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
@@ -165,6 +165,12 @@ class Scheduler:
         return pacing.decodes_ahead(
             stopping=running is not None
             and (running.preempt_requested or running.cancel_requested),
+        )
+
+    def pass_stages(self) -> int:
+        """The running job's next pass, whole or in stages (``pacing.pass_stages``)."""
+        return pacing.pass_stages(
+            runs_user_job=_runs_user_job(self.running), may_arrive=self._user_may_arrive()
         )
 
     def _user_may_arrive(self) -> bool:
@@ -395,6 +401,8 @@ class Scheduler:
                     event = next(job.steps)
                 except StopIteration:
                     return _SliceEnd.DONE
+                if event is PASS_POINT:  # only a point to pause at, inside a pass
+                    continue
                 is_token = isinstance(event, TokenEvent)
                 handoff.put(event, defer=is_token and after_token)
                 after_token = is_token

@@ -1,6 +1,7 @@
 """The runner paced by the scheduler, on the real SmolLM2: a decode step not queued ahead
-(a user may arrive) leaves nothing computing behind a pause and changes no token; a
-prefill chunk's time budget becomes tokens at the measured pace."""
+(a user may arrive) leaves nothing computing behind a pause and changes no token; passes
+computed in stages, paused inside and resumed after another job, change no token nor cache;
+a prefill chunk's time budget becomes tokens at the measured pace."""
 
 from __future__ import annotations
 
@@ -17,18 +18,25 @@ from gateway.engines.mlx_runner import MIN_TIMED_CHUNK_TOKENS, MLXRunner
 from gateway.engines.runner import PromptState
 from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
 from gateway.scheduler.pacing import ChunkBudget
-from gateway.seam.backend import SamplingParams, TokenEvent
+from gateway.seam.backend import PASS_POINT, Finished, SamplingParams, TokenEvent
 
 TOKENS = 24
 
 
 class ScriptedPacing:
-    """Queues a step ahead or not, by a script (a user arriving and leaving)."""
+    """Queues a step ahead or not, by a script (a user arriving and leaving); passes whole
+    or in ``stages``."""
 
-    def __init__(self, ahead: Iterator[bool], budget: ChunkBudget | None = None) -> None:
+    def __init__(
+        self, ahead: Iterator[bool], budget: ChunkBudget | None = None, stages: int = 1
+    ) -> None:
         self.ahead = ahead
         self.budget = budget
+        self.stages = stages
         self.asked = 0
+
+    def pass_stages(self) -> int:
+        return self.stages
 
     def chunk_budget(self, base: int) -> ChunkBudget:
         return self.budget or ChunkBudget(base)
@@ -48,8 +56,10 @@ def prompt_of(runner: MLXRunner) -> list[int]:
     return runner.render_chat([{"role": "user", "content": "Tell me about rivers."}])
 
 
-def tokens_of(runner: MLXRunner, params: SamplingParams) -> list[int]:
-    events = runner.generate(prompt_of(runner), params)
+def tokens_of(
+    runner: MLXRunner, params: SamplingParams, prompt: list[int] | None = None
+) -> list[int]:
+    events = runner.generate(prompt or prompt_of(runner), params)
     return [t for event in events if isinstance(event, TokenEvent) for t in event.token_ids]
 
 
@@ -143,3 +153,69 @@ def test_a_time_budget_becomes_tokens_at_the_measured_pace(runner: MLXRunner) ->
         assert runner._seconds_per_token is not None and runner._seconds_per_token > 0
     finally:
         runner.pacing = None
+
+
+def always(value: bool) -> Iterator[bool]:
+    return iter(lambda: value, None)
+
+
+def test_passes_in_stages_paused_inside_for_another_job_change_no_token(
+    runner: MLXRunner,
+) -> None:
+    """Background work that a user may preempt computes each pass in groups of layers, with
+    a ``PASS_POINT`` between groups; a user's generation run at such a point (the rest of
+    the paused pass still lazy) changes neither job's tokens nor log-probabilities."""
+    params = SamplingParams(max_tokens=TOKENS, temperature=0.9, top_p=0.95, seed=7, logprobs=2)
+    user_params = SamplingParams(max_tokens=6, temperature=0.0)
+    user_prompt = runner.render_chat([{"role": "user", "content": "Name a colour."}])
+    whole = list(runner.generate(prompt_of(runner), params))
+    user_alone = tokens_of(runner, user_params, user_prompt)
+    runner.pacing = ScriptedPacing(always(True), stages=4)
+    try:
+        staged, points, user_runs = [], 0, []
+        for event in runner.generate(prompt_of(runner), params):
+            if event is PASS_POINT:
+                points += 1
+                if points % 7 == 3:  # paused inside a pass; the user's job runs whole
+                    runner.pacing.stages = 1
+                    user_runs.append(tokens_of(runner, user_params, user_prompt))
+                    runner.pacing.stages = 4
+                continue
+            staged.append(event)
+    finally:
+        runner.pacing = None
+    assert staged == whole  # tokens, text, log-probabilities and usage
+    finished = whole[-1]
+    assert isinstance(finished, Finished) and finished.completion_tokens > 3
+    # 3 points in each pass: the first token's, and every decode step's.
+    assert points == 3 * finished.completion_tokens
+    assert user_runs and all(run == user_alone for run in user_runs)
+
+
+def test_a_prefill_in_stages_fills_the_same_cache_and_holds_it_while_paused(
+    runner: MLXRunner,
+) -> None:
+    tokens = prompt_of(runner) * 3
+    whole, staged = runner.new_cache(), runner.new_cache()
+    runner.pacing = pacing = ScriptedPacing(always(True), ChunkBudget(16))  # the same chunks
+    try:
+        assert list(runner.prefill(tokens, whole))[-1] == len(tokens)
+        pacing.stages = 4
+        steps = list(runner.prefill(tokens, staged))
+    finally:
+        runner.pacing = None
+    assert [s for s in steps if s is not PASS_POINT][-1] == len(tokens)
+    assert steps.count(PASS_POINT) == 3 * -(-len(tokens) // 16)
+    for a, b in zip(whole, staged, strict=True):
+        assert mx.array_equal(a.state[0], b.state[0]) and mx.array_equal(a.state[1], b.state[1])
+    generation = runner.generate(prompt_of(runner), SamplingParams(max_tokens=4))
+    runner.pacing = ScriptedPacing(always(True), stages=4)
+    try:
+        assert next(generation) is PASS_POINT
+        assert not generation.release_cache()  # the rest of the pass still reads the cache
+        while not isinstance(next(generation), TokenEvent):
+            pass
+        assert generation.release_cache()  # between passes it can
+    finally:
+        runner.pacing = None
+        generation.close()

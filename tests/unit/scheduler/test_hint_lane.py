@@ -8,8 +8,10 @@ from collections.abc import Iterator
 
 from gateway.scheduler.jobs import JobSpec, JobState
 from gateway.scheduler.pacing import (
+    PASS_STAGES,
     ChunkBudget,
     decodes_ahead,
+    pass_stages,
     prefill_chunk_budget,
     user_may_arrive,
 )
@@ -115,18 +117,27 @@ def test_decode_steps_are_queued_ahead_unless_the_job_is_about_to_stop() -> None
 async def test_background_work_is_paced_finely_once_a_user_has_been_here() -> None:
     scheduler = make_scheduler()
     await scheduler.start()
-    engine = FakeEngine()
     seen: list[tuple[ChunkBudget, bool]] = []
 
     def paced() -> Iterator[int]:  # asks as the runner does, on the inference thread
         seen.append((scheduler.chunk_budget(64), scheduler.decode_ahead()))
+        stages.append(scheduler.pass_stages())
         yield 0
 
+    stages: list[int] = []
     await scheduler.submit(JobSpec(Priority.BACKGROUND, paced)).wait()
-    await scheduler.submit(JobSpec(Priority.USER, engine.work("user", steps=1))).wait()
+    await scheduler.submit(JobSpec(Priority.USER, paced)).wait()
     await scheduler.submit(JobSpec(Priority.BACKGROUND, paced)).wait()
-    nobody, after_user = seen
+    nobody, _, after_user = seen
     assert nobody == (ChunkBudget(64), True)  # nobody around: throughput
     assert after_user[0].seconds is not None and after_user[0].tokens < 64
-    assert after_user[1] is True  # pipelined: a pause stops it before the next step
+    assert after_user[1] is True  # asked alone: a pause stops it before the next step
+    # Passes whole with nobody around and for the user's own job; in stages after a user.
+    assert stages == [1, 1, PASS_STAGES]
     await scheduler.stop()
+
+
+def test_passes_are_staged_only_for_work_a_user_may_preempt() -> None:
+    assert pass_stages(runs_user_job=False, may_arrive=True) == PASS_STAGES > 1
+    assert pass_stages(runs_user_job=False, may_arrive=False) == 1
+    assert pass_stages(runs_user_job=True, may_arrive=True) == 1

@@ -14,7 +14,7 @@ from gateway.errors import QueueFullError, ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
 from gateway.scheduler.jobs import JobHandle, JobSpec, JobState
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
-from gateway.seam.backend import Priority
+from gateway.seam.backend import PASS_POINT, Priority
 
 STEP_SECONDS = 0.002
 
@@ -369,3 +369,43 @@ async def test_a_dead_dispatcher_says_so_and_fails_its_jobs_instead_of_hanging()
     with pytest.raises(ServiceUnavailableError):
         scheduler.submit_hint(JobSpec(Priority.USER, engine.work("hint", steps=1)), "s")
     await scheduler.stop()  # still stops cleanly
+
+
+async def test_a_user_pauses_background_work_inside_a_pass_and_points_are_not_handed_on() -> None:
+    """A pass computed in stages yields ``PASS_POINT`` between them: the scheduler pauses
+    there for a user job (not at the end of the pass) and never delivers the points."""
+    scheduler = make_scheduler()
+    await scheduler.start()
+    stages_done: list[tuple[int, int]] = []
+
+    def staged() -> Iterator[object]:  # 20 passes of 4 stages, a token after each pass
+        for index in range(20):
+            for stage in range(4):
+                time.sleep(0.05 if stage == 1 else STEP_SECONDS)
+                stages_done.append((index, stage))
+                if stage < 3:
+                    yield PASS_POINT
+            yield index
+
+    background = scheduler.submit(JobSpec(Priority.BACKGROUND, staged))
+    events: list[object] = []
+
+    async def consume() -> None:
+        async for event in background.events():
+            events.append(event)
+
+    consumer = asyncio.create_task(consume())
+    while not stages_done or stages_done[-1] != (2, 0):  # now in the third pass's stage 1
+        await asyncio.sleep(0.001)
+    paused_after: list[tuple[int, int]] = []
+
+    def user_work() -> Iterator[int]:
+        paused_after.append(stages_done[-1])
+        yield 0
+
+    await scheduler.submit(JobSpec(Priority.USER, user_work)).wait()
+    await consumer
+    assert paused_after == [(2, 1)]  # paused at the point after stage 1, inside the pass
+    assert events == list(range(20))  # the points stayed on the inference thread
+    assert background.preemptions == 1
+    await scheduler.stop()
