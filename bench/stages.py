@@ -1,8 +1,8 @@
-"""Passes computed whole vs in stages (``Pacing.pass_stages``), in the engine itself.
+"""Passes computed whole vs in stages (``Pacing.pause_grain``), in the engine itself.
 
-Background work that a user may preempt computes each pass (a decode step, a prefill chunk)
-in groups of layers with a point to pause after each, instead of whole with the next decode
-step queued ahead. What that costs and buys, on the gateway's runner in this process (no
+Background work that a user may preempt computes a pass (a decode step, a prefill chunk)
+longer than the pause grain in groups of layers with a point to pause after each, instead
+of whole with the next decode step queued ahead. What that costs and buys, on the gateway's runner in this process (no
 HTTP, no scheduler: a fixed pacing), one fixed greedy prompt, the variants interleaved in
 every run (their order alternating), one discarded warm-up:
 
@@ -26,7 +26,7 @@ from bench.stats import Summary, ratio, table, write_json
 from gateway.config import default_cache_dir
 from gateway.engines.device import choose_compute_path
 from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
-from gateway.scheduler.pacing import PASS_STAGES, ChunkBudget
+from gateway.scheduler.pacing import PAUSE_GRAIN_SECONDS, ChunkBudget
 from gateway.seam.backend import PASS_POINT, SamplingParams, TokenEvent
 
 PREFILL_CHUNK = 32
@@ -36,9 +36,9 @@ CONTEXT = "Rivers shape the land they cross, and the land shapes them in return.
 
 @dataclass
 class FixedPacing:
-    """The scheduler's answers held fixed: every pass whole or in ``stages``."""
+    """The scheduler's answers held fixed: passes whole, or in groups of about ``grain``."""
 
-    stages: int
+    grain: float | None
 
     def chunk_budget(self, base: int) -> ChunkBudget:
         return ChunkBudget(PREFILL_CHUNK)
@@ -46,8 +46,8 @@ class FixedPacing:
     def decode_ahead(self) -> bool:
         return True
 
-    def pass_stages(self) -> int:
-        return self.stages
+    def pause_grain(self) -> float | None:
+        return self.grain
 
 
 def decode_run(runner: Any, prompt: list[int], max_tokens: int) -> tuple[float, list[float]]:
@@ -82,15 +82,16 @@ def main(args: argparse.Namespace) -> int:
     runner = MLXRunner(DEFAULT_MODEL_ID, folder, compute)
     prompt = runner.render_chat([{"role": "user", "content": PROMPT}])
     context = runner.encode(CONTEXT)[:1024]
-    variants = {"whole, queued ahead": 1, **{f"in {n} stages": n for n in (2, PASS_STAGES, 8)}}
+    grains = (0.04, 0.02, PAUSE_GRAIN_SECONDS)
+    variants = {"whole, queued ahead": None, **{f"grain {g * 1e3:g} ms": g for g in grains}}
     decode: dict[str, list[float]] = {name: [] for name in variants}
     prefill: dict[str, list[float]] = {name: [] for name in variants}
     mean_gap: dict[str, list[float]] = {name: [] for name in variants}
     max_gap: dict[str, list[float]] = {name: [] for name in variants}
     for index in range(args.runs + 1):
         order = list(variants.items())
-        for name, stages in order if index % 2 else reversed(order):
-            runner.pacing = FixedPacing(stages)
+        for name, grain in order if index % 2 else reversed(order):
+            runner.pacing = FixedPacing(grain)
             rate, gaps = decode_run(runner, prompt, args.max_tokens)
             fill = prefill_run(runner, context)
             if index:  # the first run is the warm-up

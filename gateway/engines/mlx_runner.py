@@ -8,6 +8,7 @@ usage counts and the cache state left behind for reuse.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from functools import cached_property
@@ -270,6 +271,7 @@ class MLXRunner:
         # the engine's own chunk, always one step ahead.
         self.pacing: Pacing | None = None
         self._seconds_per_token: float | None = None  # of the last prefill chunk
+        self._seconds_per_step: float | None = None  # of decode steps, lately
         self.template_knows_tools = template_knows_tools(
             getattr(self.tokenizer, "chat_template", None)
         )
@@ -382,7 +384,8 @@ class MLXRunner:
             self.model(mx.array(chunk)[None], cache=cache)
             states = [c.state for c in cache]
             paused = 0.0  # the time spent paused inside the chunk is not its pace
-            for _ in self._computed_in_stages(cache):
+            expected = len(chunk) * self._seconds_per_token if self._seconds_per_token else None
+            for _ in self._computed_in_stages(cache, expected):
                 point = time.perf_counter()
                 yield PASS_POINT
                 paused += time.perf_counter() - point
@@ -415,24 +418,41 @@ class MLXRunner:
         return 1 << (tokens.bit_length() - 1)
 
     def _decode_ahead(self) -> bool:
+        """Whether to queue the next decode step now: as the scheduler says, and never for a
+        step computed in stages (a pause there would leave it computing behind the user)."""
         return self.pacing is None or (
-            self.pacing.decode_ahead() and self.pacing.pass_stages() == 1
+            self.pacing.decode_ahead() and self._stages(self._seconds_per_step) == 1
         )
 
-    def _computed_in_stages(self, cache: KVCache) -> Iterator[None]:
-        """Compute the pass just built into ``cache`` a group of layers at a time while the
-        scheduler asks for stages (``Pacing.pass_stages``), yielding after each group but
-        the last: points where the job may be paused with the rest of the pass still lazy.
+    def _stages(self, seconds: float | None) -> int:
+        """In how many groups of layers to compute a pass of about ``seconds``: each about the
+        scheduler's pause grain; whole without one, or before the pace is known."""
+        grain = None if self.pacing is None else self.pacing.pause_grain()
+        if not grain or not seconds:
+            return 1
+        return max(1, math.ceil(seconds / grain))
+
+    def _computed_in_stages(self, cache: KVCache, seconds: float | None) -> Iterator[None]:
+        """Compute the pass just built into ``cache`` (about ``seconds`` long) a group of
+        layers at a time when it is longer than the scheduler's pause grain, yielding after
+        each group but the last: points where the job may be paused with the rest of the pass
+        still lazy (``Pacing.pause_grain``).
 
         A group ends at a layer's cache: its keys and values need every layer below it, and
         nothing above. They are taken now, as a paused job's cache may be replaced."""
         import mlx.core as mx
 
-        stages = 1 if self.pacing is None else self.pacing.pass_stages()
-        ends = [cache[len(cache) * k // stages].state for k in range(1, min(stages, len(cache)))]
+        stages = min(self._stages(seconds), len(cache))
+        ends = [cache[len(cache) * k // stages].state for k in range(1, stages)]
         for arrays in ends:
             mx.eval(arrays)
             yield
+
+    def _note_step(self, seconds: float) -> None:
+        """A decode step's compute (the pace that decides its stages; it grows with the
+        context), smoothed: a step read after a pause at a token has computed meanwhile."""
+        last = self._seconds_per_step
+        self._seconds_per_step = seconds if last is None else (last + seconds) / 2
 
     # -- embeddings --------------------------------------------------------------------------
 
@@ -536,7 +556,9 @@ class MLXRunner:
             grammar.insert(0, section)
         fed = mx.array(uncached)
         logits = self.model(fed[None], cache=cache)[:, -1, :]
-        for _ in self._computed_in_stages(cache):
+        per_token, per_step = self._seconds_per_token, self._seconds_per_step
+        expected = max(len(uncached) * (per_token or 0.0), per_step or 0.0)
+        for _ in self._computed_in_stages(cache, expected):
             yield PASS_POINT
         for processor in [*make_job_logits_processors(params, len(uncached)), *grammar]:
             logits = processor(fed, logits)
@@ -578,10 +600,17 @@ class MLXRunner:
                 logprobs = logits - mx.logsumexp(logits, keepdims=True)
                 return sampler(logprobs), logprobs.squeeze(0)
 
+        # A step's compute: the inference thread's time between two tokens read, less the
+        # time it spent suspended at a yield (a pause, the scheduler's hand-over).
+        read_at, suspended = time.perf_counter(), 0.0
+
         def queued(token: Any) -> Generator[PassPoint, None, tuple[Any, Any]]:
+            nonlocal suspended
             pass_ = step(token)
-            for _ in self._computed_in_stages(cache):
+            for _ in self._computed_in_stages(cache, self._seconds_per_step):
+                point = time.perf_counter()
                 yield PASS_POINT
+                suspended += time.perf_counter() - point
             mx.async_eval(*pass_)
             return pass_
 
@@ -592,7 +621,11 @@ class MLXRunner:
             ahead = step(current[0]) if self._decode_ahead() else None
             if ahead is not None:
                 mx.async_eval(*ahead)
-            yield int(current[0].item()), current[1]
+            token = int(current[0].item())
+            now = time.perf_counter()
+            self._note_step(now - read_at - suspended)
+            yield token, current[1]
+            read_at, suspended = now, time.perf_counter() - now
             if n % 256 == 0:
                 mx.clear_cache()
             if ahead is None:  # resumed (or going on) after a step not queued ahead

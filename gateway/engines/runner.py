@@ -96,7 +96,7 @@ class ModelRunner(Protocol):
 
     def prefill(self, tokens: Sequence[int], cache: KVCache) -> Iterator[int | PassPoint]:
         """Feed ``tokens`` into ``cache`` in chunks, yielding the count done after each chunk
-        (and ``PASS_POINT`` inside a chunk computed in stages: ``Pacing.pass_stages``)."""
+        (and ``PASS_POINT`` inside a chunk computed in stages: ``Pacing.pause_grain``)."""
         ...
 
     def generate(

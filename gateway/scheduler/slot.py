@@ -167,9 +167,9 @@ class Scheduler:
             and (running.preempt_requested or running.cancel_requested),
         )
 
-    def pass_stages(self) -> int:
-        """The running job's next pass, whole or in stages (``pacing.pass_stages``)."""
-        return pacing.pass_stages(
+    def pause_grain(self) -> float | None:
+        """The running job's longest compute between pause points (``pacing.pause_grain``)."""
+        return pacing.pause_grain(
             runs_user_job=_runs_user_job(self.running), may_arrive=self._user_may_arrive()
         )
 

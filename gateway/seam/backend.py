@@ -198,8 +198,8 @@ class PrefillProgress:
 
 class PassPoint:
     """A point inside one pass of the model (a prefill chunk, a decode step) where the job
-    may be paused: while a user may arrive, a runner computes a background pass a group of
-    layers at a time (``Pacing.pass_stages``). It never leaves the inference thread: the
+    may be paused: while a user may arrive, a runner computes a long background pass a group
+    of layers at a time (``Pacing.pause_grain``). It never leaves the inference thread: the
     scheduler checks for a pause there and hands nothing on."""
 
     __slots__ = ()

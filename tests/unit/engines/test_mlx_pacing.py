@@ -25,18 +25,18 @@ TOKENS = 24
 
 class ScriptedPacing:
     """Queues a step ahead or not, by a script (a user arriving and leaving); passes whole
-    or in ``stages``."""
+    or, with a ``grain``, in groups of layers."""
 
     def __init__(
-        self, ahead: Iterator[bool], budget: ChunkBudget | None = None, stages: int = 1
+        self, ahead: Iterator[bool], budget: ChunkBudget | None = None, grain: float | None = None
     ) -> None:
         self.ahead = ahead
         self.budget = budget
-        self.stages = stages
+        self.grain = grain
         self.asked = 0
 
-    def pass_stages(self) -> int:
-        return self.stages
+    def pause_grain(self) -> float | None:
+        return self.grain
 
     def chunk_budget(self, base: int) -> ChunkBudget:
         return self.budget or ChunkBudget(base)
@@ -162,24 +162,26 @@ def always(value: bool) -> Iterator[bool]:
 def test_passes_in_stages_paused_inside_for_another_job_change_no_token(
     runner: MLXRunner,
 ) -> None:
-    """Background work that a user may preempt computes each pass in groups of layers, with
-    a ``PASS_POINT`` between groups; a user's generation run at such a point (the rest of
-    the paused pass still lazy) changes neither job's tokens nor log-probabilities."""
+    """Background work that a user may preempt computes a pass longer than the pause grain
+    in groups of layers, with a ``PASS_POINT`` between groups; a user's generation run at
+    such a point (the rest of the paused pass still lazy) changes neither job's tokens nor
+    log-probabilities."""
     params = SamplingParams(max_tokens=TOKENS, temperature=0.9, top_p=0.95, seed=7, logprobs=2)
     user_params = SamplingParams(max_tokens=6, temperature=0.0)
     user_prompt = runner.render_chat([{"role": "user", "content": "Name a colour."}])
     whole = list(runner.generate(prompt_of(runner), params))
     user_alone = tokens_of(runner, user_params, user_prompt)
-    runner.pacing = ScriptedPacing(always(True), stages=4)
+    layers = len(runner.new_cache())
+    runner.pacing = pacing = ScriptedPacing(always(True), grain=1e-9)  # a group per layer
     try:
         staged, points, user_runs = [], 0, []
         for event in runner.generate(prompt_of(runner), params):
             if event is PASS_POINT:
                 points += 1
-                if points % 7 == 3:  # paused inside a pass; the user's job runs whole
-                    runner.pacing.stages = 1
+                if points % 23 == 5:  # paused inside a pass; the user's job runs whole
+                    pacing.grain = None
                     user_runs.append(tokens_of(runner, user_params, user_prompt))
-                    runner.pacing.stages = 4
+                    pacing.grain = 1e-9
                 continue
             staged.append(event)
     finally:
@@ -187,29 +189,47 @@ def test_passes_in_stages_paused_inside_for_another_job_change_no_token(
     assert staged == whole  # tokens, text, log-probabilities and usage
     finished = whole[-1]
     assert isinstance(finished, Finished) and finished.completion_tokens > 3
-    # 3 points in each pass: the first token's, and every decode step's.
-    assert points == 3 * finished.completion_tokens
+    # Every pass once its pace is known (the first token's, each decode step's): a point
+    # after each layer but the last.
+    assert points >= (layers - 1) * (finished.completion_tokens - 1)
     assert user_runs and all(run == user_alone for run in user_runs)
+
+
+def test_only_a_pass_longer_than_the_grain_is_computed_in_stages(runner: MLXRunner) -> None:
+    runner.pacing = ScriptedPacing(always(True), grain=0.01)
+    try:
+        assert runner._stages(None) == 1  # the pace not known yet: whole
+        assert runner._stages(0.004) == 1  # a GPU's decode step: whole, queued ahead
+        assert runner._stages(0.065) == 7  # this CPU's: groups of under 10 ms
+        runner._seconds_per_step = 0.065
+        assert not runner._decode_ahead()  # a step in groups is never queued ahead
+        runner._seconds_per_step = 0.004
+        assert runner._decode_ahead()
+        runner.pacing.grain = None  # nobody may arrive: whole
+        assert runner._stages(0.065) == 1
+    finally:
+        runner.pacing = None
 
 
 def test_a_prefill_in_stages_fills_the_same_cache_and_holds_it_while_paused(
     runner: MLXRunner,
 ) -> None:
     tokens = prompt_of(runner) * 3
+    layers = len(runner.new_cache())
     whole, staged = runner.new_cache(), runner.new_cache()
     runner.pacing = pacing = ScriptedPacing(always(True), ChunkBudget(16))  # the same chunks
     try:
         assert list(runner.prefill(tokens, whole))[-1] == len(tokens)
-        pacing.stages = 4
+        pacing.grain = 1e-9  # the pace is known: a group per layer
         steps = list(runner.prefill(tokens, staged))
     finally:
         runner.pacing = None
     assert [s for s in steps if s is not PASS_POINT][-1] == len(tokens)
-    assert steps.count(PASS_POINT) == 3 * -(-len(tokens) // 16)
+    assert steps.count(PASS_POINT) == (layers - 1) * -(-len(tokens) // 16)
     for a, b in zip(whole, staged, strict=True):
         assert mx.array_equal(a.state[0], b.state[0]) and mx.array_equal(a.state[1], b.state[1])
     generation = runner.generate(prompt_of(runner), SamplingParams(max_tokens=4))
-    runner.pacing = ScriptedPacing(always(True), stages=4)
+    runner.pacing = ScriptedPacing(always(True), grain=1e-9)
     try:
         assert next(generation) is PASS_POINT
         assert not generation.release_cache()  # the rest of the pass still reads the cache

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 from gateway.scheduler.jobs import JobSpec, JobState
 from gateway.scheduler.pacing import (
-    PASS_STAGES,
+    PAUSE_GRAIN_SECONDS,
     ChunkBudget,
     decodes_ahead,
-    pass_stages,
+    pause_grain,
     prefill_chunk_budget,
     user_may_arrive,
 )
@@ -121,10 +121,10 @@ async def test_background_work_is_paced_finely_once_a_user_has_been_here() -> No
 
     def paced() -> Iterator[int]:  # asks as the runner does, on the inference thread
         seen.append((scheduler.chunk_budget(64), scheduler.decode_ahead()))
-        stages.append(scheduler.pass_stages())
+        grains.append(scheduler.pause_grain())
         yield 0
 
-    stages: list[int] = []
+    grains: list[float | None] = []
     await scheduler.submit(JobSpec(Priority.BACKGROUND, paced)).wait()
     await scheduler.submit(JobSpec(Priority.USER, paced)).wait()
     await scheduler.submit(JobSpec(Priority.BACKGROUND, paced)).wait()
@@ -132,12 +132,12 @@ async def test_background_work_is_paced_finely_once_a_user_has_been_here() -> No
     assert nobody == (ChunkBudget(64), True)  # nobody around: throughput
     assert after_user[0].seconds is not None and after_user[0].tokens < 64
     assert after_user[1] is True  # asked alone: a pause stops it before the next step
-    # Passes whole with nobody around and for the user's own job; in stages after a user.
-    assert stages == [1, 1, PASS_STAGES]
+    # Passes whole with nobody around and for the user's own job; a grain after a user.
+    assert grains == [None, None, PAUSE_GRAIN_SECONDS]
     await scheduler.stop()
 
 
-def test_passes_are_staged_only_for_work_a_user_may_preempt() -> None:
-    assert pass_stages(runs_user_job=False, may_arrive=True) == PASS_STAGES > 1
-    assert pass_stages(runs_user_job=False, may_arrive=False) == 1
-    assert pass_stages(runs_user_job=True, may_arrive=True) == 1
+def test_passes_have_a_pause_grain_only_for_work_a_user_may_preempt() -> None:
+    assert pause_grain(runs_user_job=False, may_arrive=True) == PAUSE_GRAIN_SECONDS
+    assert pause_grain(runs_user_job=False, may_arrive=False) is None
+    assert pause_grain(runs_user_job=True, may_arrive=True) is None
