@@ -26,7 +26,7 @@ from bench.stats import Summary, ratio, table, write_json
 from gateway.config import default_cache_dir
 from gateway.engines.device import choose_compute_path
 from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
-from gateway.scheduler.pacing import PAUSE_GRAIN_SECONDS, ChunkBudget
+from gateway.scheduler.pacing import MIN_PAUSE_GRAIN_SECONDS, PAUSE_GRAIN_SECONDS, ChunkBudget
 from gateway.seam.backend import PASS_POINT, SamplingParams, TokenEvent
 
 PREFILL_CHUNK = 32
@@ -82,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
     runner = MLXRunner(DEFAULT_MODEL_ID, folder, compute)
     prompt = runner.render_chat([{"role": "user", "content": PROMPT}])
     context = runner.encode(CONTEXT)[:1024]
-    grains = (0.04, 0.02, PAUSE_GRAIN_SECONDS)
+    grains = (PAUSE_GRAIN_SECONDS, 0.003, MIN_PAUSE_GRAIN_SECONDS)  # the bounds, and between
     variants = {"whole, queued ahead": None, **{f"grain {g * 1e3:g} ms": g for g in grains}}
     decode: dict[str, list[float]] = {name: [] for name in variants}
     prefill: dict[str, list[float]] = {name: [] for name in variants}

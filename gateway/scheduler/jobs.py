@@ -79,9 +79,9 @@ class JobSpec:
 class Job:
     """The slot's record of a submitted job (TGI's queue ``Entry``); the scheduler's alone.
 
-    Written on the event loop, except ``steps`` and ``memory_released`` (the inference
-    thread, while the job runs); the inference thread reads the two request flags between
-    steps.
+    Written on the event loop, except ``steps``, ``memory_released`` and
+    ``paused_inside_pass`` (the inference thread, while the job runs); the inference thread
+    reads the request flags between steps.
     """
 
     spec: JobSpec
@@ -96,8 +96,12 @@ class Job:
     error: BaseException | None = None
     cancel_requested: bool = False
     preempt_requested: bool = False
+    # Whether it may pause inside a pass (at a ``PASS_POINT``): only while the paused jobs
+    # holding memory leave room for it, as a pass left half done holds its cache.
+    pause_inside_pass: bool = False
     steps: Iterator[Any] | None = None
     memory_released: bool = False
+    paused_inside_pass: bool = False  # its memory cannot be released until it resumes
     outbox: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
 
     @classmethod

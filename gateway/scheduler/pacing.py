@@ -73,7 +73,9 @@ SMALL_DIVISOR = 4
 MIN_CHUNK_TOKENS = 16  # the small chunk's size before the runner has measured its pace
 SMALL_CHUNK_SECONDS = 0.04
 USER_ACTIVE_SECONDS = 120.0
-PAUSE_GRAIN_SECONDS = 0.01
+PAUSE_GRAIN_SECONDS = 0.01  # the most; before any user job was timed
+PAUSE_GRAIN_SHARE = 0.1  # of a recent short user job's time to its first token
+MIN_PAUSE_GRAIN_SECONDS = 0.001
 
 
 def user_may_arrive(*, user_waiting: bool, typing: bool, since_user_job: float) -> bool:
@@ -103,9 +105,20 @@ def decodes_ahead(*, stopping: bool) -> bool:
     return not stopping
 
 
-def pause_grain(*, runs_user_job: bool, may_arrive: bool) -> float | None:
-    """``PAUSE_GRAIN_SECONDS`` while a user may arrive and the job is not the user's own
-    (nothing preempts that); otherwise none: a point inside a pass costs a synchronisation
-    and the pipelining of decode steps. 10 ms: a few percent of a short chat's idle TTFT on
-    this CPU (~0.18 s); a decode step here is computed in about seven groups."""
-    return PAUSE_GRAIN_SECONDS if may_arrive and not runs_user_job else None
+def pause_grain(
+    *, runs_user_job: bool, may_arrive: bool, user_first_token: float | None = None
+) -> float | None:
+    """About how long background work may compute between pause points: none while no user
+    may arrive or the job is the user's own (nothing preempts that; a point inside a pass
+    costs a synchronisation and the pipelining of decode steps); else a tenth of the
+    shortest recent user job's time to its first token (``user_first_token``, from its
+    slot), so the wait behind background work is a small share of what the user waits
+    anyway, at any device's speed; at most ``PAUSE_GRAIN_SECONDS`` (a 2-core CPU: a short
+    chat's first token ~0.15 s, a decode step ~65 ms in about seven groups), at least
+    ``MIN_PAUSE_GRAIN_SECONDS``."""
+    if runs_user_job or not may_arrive:
+        return None
+    if user_first_token is None:
+        return PAUSE_GRAIN_SECONDS
+    share = PAUSE_GRAIN_SHARE * user_first_token
+    return min(PAUSE_GRAIN_SECONDS, max(MIN_PAUSE_GRAIN_SECONDS, share))

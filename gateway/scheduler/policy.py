@@ -161,18 +161,32 @@ def next_deadline(
 
 def memory_to_release(lanes: Iterable[Sequence[Job]], max_paused_with_memory: int) -> list[Job]:
     """Paused jobs beyond ``max_paused_with_memory`` that still hold engine memory, the ones
-    that started longest ago first: they give it up and recompute it on resume."""
-    holding = [
+    that started longest ago first: they give it up and recompute it on resume. A job paused
+    inside a pass cannot (the rest of the pass reads its cache); it was paused there only
+    while there was room (``room_to_keep_memory``)."""
+    holding = _holding_memory(lanes)
+    excess = len(holding) - max_paused_with_memory
+    if excess <= 0:
+        return []
+    releasable = sorted(
+        (job for job in holding if not job.paused_inside_pass),
+        key=lambda job: job.started_at or 0.0,
+    )
+    return releasable[:excess]
+
+
+def room_to_keep_memory(lanes: Iterable[Sequence[Job]], max_paused_with_memory: int) -> bool:
+    """Whether one more paused job may keep its engine memory (may pause inside a pass)."""
+    return len(_holding_memory(lanes)) < max_paused_with_memory
+
+
+def _holding_memory(lanes: Iterable[Sequence[Job]]) -> list[Job]:
+    return [
         job
         for queue in lanes
         for job in queue
         if job.state is JobState.PREEMPTED and job.holds_memory and not job.memory_released
     ]
-    excess = len(holding) - max_paused_with_memory
-    if excess <= 0:
-        return []
-    holding.sort(key=lambda job: job.started_at or 0.0)
-    return holding[:excess]
 
 
 @dataclass(frozen=True)

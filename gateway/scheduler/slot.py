@@ -68,6 +68,8 @@ class Scheduler:
         self._occupancy = 0
         self._occupancy_lock = threading.Lock()
         self._mean_job_seconds = 5.0
+        # Recent user jobs' slot-to-first-token seconds: how fine background passes are cut.
+        self._user_first_tokens: deque[float] = deque(maxlen=8)
         self._wakeup = asyncio.Event()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
         self._task: asyncio.Task[None] | None = None
@@ -170,7 +172,9 @@ class Scheduler:
     def pause_grain(self) -> float | None:
         """The running job's longest compute between pause points (``pacing.pause_grain``)."""
         return pacing.pause_grain(
-            runs_user_job=_runs_user_job(self.running), may_arrive=self._user_may_arrive()
+            runs_user_job=_runs_user_job(self.running),
+            may_arrive=self._user_may_arrive(),
+            user_first_token=min(self._user_first_tokens, default=None),
         )
 
     def _user_may_arrive(self) -> bool:
@@ -265,6 +269,9 @@ class Scheduler:
         if decision is OnWaiting.CANCEL:
             self._withdraw(running)  # speculative work gives way to anything, not resumed
         else:
+            running.pause_inside_pass = policy.room_to_keep_memory(
+                self._all_queues(), self.config.max_paused_with_memory
+            )
             running.preempt_requested = True
 
     def _expire_waiting(self, now: float) -> None:
@@ -378,7 +385,7 @@ class Scheduler:
 
     def _run_slice(self, job: Job, loop: asyncio.AbstractEventLoop) -> str:
         """Run ``job`` on the inference thread until it ends, is cancelled or is preempted."""
-        job.memory_released = False  # resuming recomputes whatever was released
+        job.memory_released = job.paused_inside_pass = False  # resuming: it holds it again
         with self._occupancy_lock:
             self._occupancy += 1
             self.max_occupancy_seen = max(self.max_occupancy_seen, self._occupancy)
@@ -386,6 +393,10 @@ class Scheduler:
         # wake-ups of the loop at a GPU's pace); the first token of a slice never waits.
         handoff = EventHandoff(loop, job.deliver, self.config.token_flush)
         after_token = False
+        # A user job's first token, timed from its slot (the pace of the shortest lately).
+        timing_first_token = _runs_user_job(job) and job.preemptions == 0
+        slice_started = time.perf_counter()
+        inside_pass = False
         try:
             if job.steps is None:
                 job.steps = iter(job.spec.work())
@@ -393,17 +404,23 @@ class Scheduler:
                 if job.cancel_requested:
                     _close(job)
                     return _SliceEnd.CANCELLED
-                if job.preempt_requested:
+                if job.preempt_requested and (job.pause_inside_pass or not inside_pass):
                     job.preempt_requested = False
-                    log.debug("job %s (%s) paused", job.id, _label(job))
+                    job.paused_inside_pass = inside_pass
+                    where = "inside a pass" if inside_pass else "between passes"
+                    log.debug("job %s (%s) paused %s", job.id, _label(job), where)
                     return _SliceEnd.PREEMPTED
                 try:
                     event = next(job.steps)
                 except StopIteration:
                     return _SliceEnd.DONE
-                if event is PASS_POINT:  # only a point to pause at, inside a pass
+                inside_pass = event is PASS_POINT
+                if inside_pass:  # only a point to pause at: nothing to hand on
                     continue
                 is_token = isinstance(event, TokenEvent)
+                if is_token and timing_first_token:
+                    self._user_first_tokens.append(time.perf_counter() - slice_started)
+                    timing_first_token = False
                 handoff.put(event, defer=is_token and after_token)
                 after_token = is_token
         except Exception as exc:  # an engine failure ends this job, never the scheduler

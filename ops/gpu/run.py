@@ -7,7 +7,7 @@ one by one, the previous version of the source as the baseline, ``mlx_lm.server`
 profiled run). ``more``: the 4-bit rows and the Llama-8B TTFT rows (``gateway bench
 versus`` at 2K and 8K: cold, hinted, hinted + speculated, second turn, against
 ``mlx_lm.server``). ``long``: the 8B's 32K row. ``priority``: ``gateway bench priority`` (issue 23) on SmolLM2
-and the Llama-1B shape. Each until the time budget is spent (``PLAN``).
+and the Llama-1B shape, and ``gateway bench stages`` on the latter. Each until the time budget is spent (``PLAN``).
 
 Every benchmark runs as its own process with a timeout; one failing does not stop the others.
 Everything lands in one JSON file and one log under OUT (the device tool brings back few
@@ -56,6 +56,8 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
     "priority": [
         ("priority", "llama-1b-bf16", ["--runs", "10", "--baseline", "{before}"]),
         ("priority", "smollm2-bf16", ["--runs", "10", "--baseline", "{before}"]),
+        # What computing a pass in groups of layers costs there (the grains' bounds).
+        ("stages", "llama-1b-bf16", ["--runs", "5"]),
     ],
 }  # fmt: skip
 # A step is started only when at least this much of the budget is left (seconds).

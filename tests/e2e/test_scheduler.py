@@ -77,6 +77,12 @@ def test_preempted_background_generation_resumes_with_identical_output(
 ) -> None:
     # tight_gateway keeps no paused KV cache: the resumed job recomputes prompt + tokens.
     gateway: RunningGateway = request.getfixturevalue(which)
+    # A user was here lately: background decode steps are computed in groups of layers
+    # (pacing.pause_grain), so the user below mostly cuts in inside a step (with the cache
+    # kept), or at its end (tight_gateway: a job paused inside a step could not release it).
+    gateway.openai().chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=1
+    )
     reference = _stream_text(gateway)
     before = _preemptions(gateway)
     user_answers: list[str] = []

@@ -4,10 +4,14 @@ user's requests and preemptible by them; prefill chunks sized by who may arrive.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
 
 from gateway.scheduler.jobs import JobSpec, JobState
 from gateway.scheduler.pacing import (
+    MIN_PAUSE_GRAIN_SECONDS,
     PAUSE_GRAIN_SECONDS,
     ChunkBudget,
     decodes_ahead,
@@ -15,7 +19,7 @@ from gateway.scheduler.pacing import (
     prefill_chunk_budget,
     user_may_arrive,
 )
-from gateway.seam.backend import Priority
+from gateway.seam.backend import Priority, TokenEvent
 from tests.unit.scheduler.test_slot import FakeEngine, blocked_slot, make_scheduler
 
 
@@ -141,3 +145,37 @@ def test_passes_have_a_pause_grain_only_for_work_a_user_may_preempt() -> None:
     assert pause_grain(runs_user_job=False, may_arrive=True) == PAUSE_GRAIN_SECONDS
     assert pause_grain(runs_user_job=False, may_arrive=False) is None
     assert pause_grain(runs_user_job=True, may_arrive=True) is None
+
+    # A tenth of a recent user job's first token, within bounds: finer on a fast device.
+    def grain(first_token: float) -> float | None:
+        return pause_grain(runs_user_job=False, may_arrive=True, user_first_token=first_token)
+
+    assert grain(0.03) == pytest.approx(0.003)
+    assert grain(0.15) == PAUSE_GRAIN_SECONDS
+    assert grain(0.002) == MIN_PAUSE_GRAIN_SECONDS
+    assert pause_grain(runs_user_job=False, may_arrive=False, user_first_token=0.03) is None
+
+
+async def test_the_grain_follows_the_shortest_recent_user_first_token() -> None:
+    scheduler = make_scheduler()
+    await scheduler.start()
+    grains: list[float | None] = []
+
+    def user(seconds: float) -> Callable[[], Iterator[object]]:
+        def run() -> Iterator[object]:
+            time.sleep(seconds)  # its prefill
+            yield TokenEvent("a", (1,))
+            time.sleep(0.05)  # its decode: not part of the first token
+            yield TokenEvent("b", (2,))
+
+        return run
+
+    def background() -> Iterator[int]:
+        grains.append(scheduler.pause_grain())
+        yield 0
+
+    for seconds in (0.04, 0.3):  # a short chat, then a long prompt: the short one counts
+        await scheduler.submit(JobSpec(Priority.USER, user(seconds))).wait()
+        await scheduler.submit(JobSpec(Priority.BACKGROUND, background)).wait()
+    assert all(g is not None and 0.004 <= g < 0.008 for g in grains), grains
+    await scheduler.stop()

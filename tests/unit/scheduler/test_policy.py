@@ -268,6 +268,15 @@ def test_paused_jobs_beyond_the_bound_release_memory_the_oldest_first() -> None:
     assert policy.memory_to_release(lanes(queued, newer), 0) == [newer]
 
 
+def test_a_job_paused_inside_a_pass_keeps_its_memory_and_only_where_there_was_room() -> None:
+    newer, older = paused("newer", 30), paused("older", 20)
+    older.paused_inside_pass = True  # the rest of its pass reads its cache: not released
+    assert [j.id for j in policy.memory_to_release(lanes(newer, older), 1)] == ["newer"]
+    assert policy.room_to_keep_memory(lanes(newer), 2)  # one more may keep it
+    assert not policy.room_to_keep_memory(lanes(newer, older), 2)
+    assert not policy.room_to_keep_memory(lanes(), 0)
+
+
 def hints(*sessions: str | None, paused_first: int = 0) -> list[Job]:
     return [
         job(USER, index, name=f"h{index}", hint=True, session=session,

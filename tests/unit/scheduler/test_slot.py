@@ -371,10 +371,15 @@ async def test_a_dead_dispatcher_says_so_and_fails_its_jobs_instead_of_hanging()
     await scheduler.stop()  # still stops cleanly
 
 
-async def test_a_user_pauses_background_work_inside_a_pass_and_points_are_not_handed_on() -> None:
+@pytest.mark.parametrize(("kept", "paused_after"), [(4, (2, 1)), (0, (2, 3))])
+async def test_a_user_pauses_background_work_inside_a_pass_and_points_are_not_handed_on(
+    kept: int, paused_after: tuple[int, int]
+) -> None:
     """A pass computed in stages yields ``PASS_POINT`` between them: the scheduler pauses
-    there for a user job (not at the end of the pass) and never delivers the points."""
-    scheduler = make_scheduler()
+    there for a user job (not at the end of the pass) and never delivers the points —
+    unless no paused job may keep its memory (``kept`` 0): a job paused inside a pass could
+    not release it, so it pauses at the pass's end."""
+    scheduler = make_scheduler(max_paused_with_memory=kept)
     await scheduler.start()
     stages_done: list[tuple[int, int]] = []
 
@@ -397,15 +402,15 @@ async def test_a_user_pauses_background_work_inside_a_pass_and_points_are_not_ha
     consumer = asyncio.create_task(consume())
     while not stages_done or stages_done[-1] != (2, 0):  # now in the third pass's stage 1
         await asyncio.sleep(0.001)
-    paused_after: list[tuple[int, int]] = []
+    seen: list[tuple[int, int]] = []
 
     def user_work() -> Iterator[int]:
-        paused_after.append(stages_done[-1])
+        seen.append(stages_done[-1])
         yield 0
 
     await scheduler.submit(JobSpec(Priority.USER, user_work)).wait()
     await consumer
-    assert paused_after == [(2, 1)]  # paused at the point after stage 1, inside the pass
+    assert seen == [paused_after]  # paused at the point after stage 1, inside the pass
     assert events == list(range(20))  # the points stayed on the inference thread
     assert background.preemptions == 1
     await scheduler.stop()
