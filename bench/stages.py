@@ -20,6 +20,7 @@ import argparse
 import itertools
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bench.stats import Summary, ratio, table, write_json
@@ -75,14 +76,14 @@ def prefill_run(runner: Any, tokens: list[int]) -> float:
 
 
 def main(args: argparse.Namespace) -> int:
-    folder = args.model_folder or ModelStore(default_cache_dir()).path_for(DEFAULT_MODEL_ID)
+    folder = Path(args.model_folder or ModelStore(default_cache_dir()).path_for(DEFAULT_MODEL_ID))
     compute = choose_compute_path()  # first: OpenBLAS is loaded before MLX (Linux CPU)
     from gateway.engines.mlx_runner import MLXRunner
 
     runner = MLXRunner(DEFAULT_MODEL_ID, folder, compute)
     prompt = runner.render_chat([{"role": "user", "content": PROMPT}])
     context = runner.encode(CONTEXT)[:1024]
-    grains = (PAUSE_GRAIN_SECONDS, 0.003, MIN_PAUSE_GRAIN_SECONDS)  # the bounds, and between
+    grains = (PAUSE_GRAIN_SECONDS, MIN_PAUSE_GRAIN_SECONDS, 0.002)  # the bounds, and finer
     variants = {"whole, queued ahead": None, **{f"grain {g * 1e3:g} ms": g for g in grains}}
     decode: dict[str, list[float]] = {name: [] for name in variants}
     prefill: dict[str, list[float]] = {name: [] for name in variants}
