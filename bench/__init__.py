@@ -16,7 +16,7 @@ BENCHMARKS = {
     "oversized": "a normal request's latency, idle vs 8 clients posting oversized conversations",
     "priority": "a user request's time to first token, idle vs 4 background generations",
     "stages": (
-        "the engine's passes whole (decode queued ahead) vs in groups of layers of ~10/5/2 ms: "
+        "the engine's passes whole (decode queued ahead) vs in groups of layers of ~10/5/1 ms: "
         "decode and prefill tokens/s, the time between points where a user could preempt"
     ),
     "typing": "time to first token cold vs after a ready typing hint (1,500+ token context)",

@@ -83,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
     runner = MLXRunner(DEFAULT_MODEL_ID, folder, compute)
     prompt = runner.render_chat([{"role": "user", "content": PROMPT}])
     context = runner.encode(CONTEXT)[:1024]
-    grains = (PAUSE_GRAIN_SECONDS, MIN_PAUSE_GRAIN_SECONDS, 0.002)  # the bounds, and finer
+    grains = (PAUSE_GRAIN_SECONDS, 0.005, MIN_PAUSE_GRAIN_SECONDS)  # the bounds, and between
     variants = {"whole, queued ahead": None, **{f"grain {g * 1e3:g} ms": g for g in grains}}
     decode: dict[str, list[float]] = {name: [] for name in variants}
     prefill: dict[str, list[float]] = {name: [] for name in variants}

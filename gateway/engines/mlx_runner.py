@@ -55,6 +55,12 @@ log = logging.getLogger(__name__)
 # H200, 2,048 tokens of an 8B model take ~75 ms, and smaller chunks waste its width).
 PREFILL_CHUNK_TOKENS = {"metal": 512, "cuda": 2048, "cpu": 64}
 QUANTIZED_CPU_CHUNK = 256
+# A decode step is computed in groups of layers only if it is longer than this: a step in
+# groups is not queued ahead, and a GPU's short steps lose more to that than a user waits
+# behind them (H200, Llama-1B shape, steps ~2.9 ms, gateway bench stages: decode at 0.68
+# of its speed with a 1 ms grain, 0.75 with 2 ms; bench priority behind decode ~1.02 of
+# idle with whole steps). Prefill chunks have no pipelining to lose: any grain.
+MIN_STAGED_STEP_SECONDS = 0.005
 # A chunk with a time budget (``ChunkBudget.seconds``) is never cut below this: every pass
 # reads all the weights once, so a tinier chunk would cost about as long for fewer tokens.
 MIN_TIMED_CHUNK_TOKENS = 8
@@ -385,7 +391,7 @@ class MLXRunner:
             states = [c.state for c in cache]
             paused = 0.0  # the time spent paused inside the chunk is not its pace
             expected = len(chunk) * self._seconds_per_token if self._seconds_per_token else None
-            for _ in self._computed_in_stages(cache, expected):
+            for _ in self._computed_in_stages(cache, self._stages(expected)):
                 point = time.perf_counter()
                 yield PASS_POINT
                 paused += time.perf_counter() - point
@@ -420,9 +426,7 @@ class MLXRunner:
     def _decode_ahead(self) -> bool:
         """Whether to queue the next decode step now: as the scheduler says, and never for a
         step computed in stages (a pause there would leave it computing behind the user)."""
-        return self.pacing is None or (
-            self.pacing.decode_ahead() and self._stages(self._seconds_per_step) == 1
-        )
+        return self.pacing is None or (self.pacing.decode_ahead() and self._step_stages() == 1)
 
     def _stages(self, seconds: float | None) -> int:
         """In how many groups of layers to compute a pass of about ``seconds``: each about the
@@ -432,17 +436,22 @@ class MLXRunner:
             return 1
         return max(1, math.ceil(seconds / grain))
 
-    def _computed_in_stages(self, cache: KVCache, seconds: float | None) -> Iterator[None]:
-        """Compute the pass just built into ``cache`` (about ``seconds`` long) a group of
-        layers at a time when it is longer than the scheduler's pause grain, yielding after
-        each group but the last: points where the job may be paused with the rest of the pass
-        still lazy (``Pacing.pause_grain``).
+    def _step_stages(self) -> int:
+        """The next decode step's groups: whole while steps are short (``MIN_STAGED_STEP_SECONDS``)."""
+        seconds = self._seconds_per_step
+        return self._stages(seconds) if seconds and seconds > MIN_STAGED_STEP_SECONDS else 1
+
+    def _computed_in_stages(self, cache: KVCache, stages: int) -> Iterator[None]:
+        """Compute the pass just built into ``cache`` in ``stages`` groups of layers (from
+        ``_stages``: about the scheduler's pause grain each), yielding after each group but
+        the last: points where the job may be paused with the rest of the pass still lazy
+        (``Pacing.pause_grain``).
 
         A group ends at a layer's cache: its keys and values need every layer below it, and
         nothing above. They are taken now, as a paused job's cache may be replaced."""
         import mlx.core as mx
 
-        stages = min(self._stages(seconds), len(cache))
+        stages = min(stages, len(cache))
         ends = [cache[len(cache) * k // stages].state for k in range(1, stages)]
         for arrays in ends:
             mx.eval(arrays)
@@ -558,7 +567,7 @@ class MLXRunner:
         logits = self.model(fed[None], cache=cache)[:, -1, :]
         per_token, per_step = self._seconds_per_token, self._seconds_per_step
         expected = max(len(uncached) * (per_token or 0.0), per_step or 0.0)
-        for _ in self._computed_in_stages(cache, expected):
+        for _ in self._computed_in_stages(cache, self._stages(expected)):
             yield PASS_POINT
         for processor in [*make_job_logits_processors(params, len(uncached)), *grammar]:
             logits = processor(fed, logits)
@@ -607,7 +616,7 @@ class MLXRunner:
         def queued(token: Any) -> Generator[PassPoint, None, tuple[Any, Any]]:
             nonlocal suspended
             pass_ = step(token)
-            for _ in self._computed_in_stages(cache, self._seconds_per_step):
+            for _ in self._computed_in_stages(cache, self._step_stages()):
                 point = time.perf_counter()
                 yield PASS_POINT
                 suspended += time.perf_counter() - point

@@ -75,11 +75,7 @@ SMALL_CHUNK_SECONDS = 0.04
 USER_ACTIVE_SECONDS = 120.0
 PAUSE_GRAIN_SECONDS = 0.01  # the most; before any user job was timed
 PAUSE_GRAIN_SHARE = 0.1  # of a recent short user job's time to its first token
-# Each point costs a synchronisation, and a decode step computed in groups is not queued
-# ahead: an H200 (Llama-1B shape, a step ~2.9 ms) decoded at 0.68 of its speed with a 1 ms
-# grain, at 0.84 with 3 ms, unchanged with 10 ms (``gateway bench stages``); its decode
-# steps stay whole from 5 ms, and the wait behind them was already ~1.02 of idle.
-MIN_PAUSE_GRAIN_SECONDS = 0.005
+MIN_PAUSE_GRAIN_SECONDS = 0.001  # each point costs a synchronisation (~0.3 ms on an H200)
 
 
 def user_may_arrive(*, user_waiting: bool, typing: bool, since_user_job: float) -> bool:
@@ -119,7 +115,8 @@ def pause_grain(
     slot), so the wait behind background work is a small share of what the user waits
     anyway, at any device's speed; at most ``PAUSE_GRAIN_SECONDS`` (a 2-core CPU: a short
     chat's first token ~0.15 s, a decode step ~65 ms in about seven groups), at least
-    ``MIN_PAUSE_GRAIN_SECONDS`` (a GPU: its decode steps whole, its prefill chunks cut)."""
+    ``MIN_PAUSE_GRAIN_SECONDS``. (The runner keeps a short decode step whole: there the
+    pipelining it would lose costs more than the wait it saves.)"""
     if runs_user_job or not may_arrive:
         return None
     if user_first_token is None:

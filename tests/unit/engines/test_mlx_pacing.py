@@ -205,6 +205,9 @@ def test_only_a_pass_longer_than_the_grain_is_computed_in_stages(runner: MLXRunn
         assert not runner._decode_ahead()  # a step in groups is never queued ahead
         runner._seconds_per_step = 0.004
         assert runner._decode_ahead()
+        runner.pacing.grain = 0.001  # a GPU's: its short decode steps whole, queued ahead
+        assert runner._step_stages() == 1 and runner._decode_ahead()
+        assert runner._stages(0.004) == 4  # a prefill chunk as long is cut
         runner.pacing.grain = None  # nobody may arrive: whole
         assert runner._stages(0.065) == 1
     finally:

@@ -152,7 +152,7 @@ def test_passes_have_a_pause_grain_only_for_work_a_user_may_preempt() -> None:
 
     assert grain(0.07) == pytest.approx(0.007)
     assert grain(0.15) == PAUSE_GRAIN_SECONDS
-    assert grain(0.01) == MIN_PAUSE_GRAIN_SECONDS
+    assert grain(0.002) == MIN_PAUSE_GRAIN_SECONDS
     assert pause_grain(runs_user_job=False, may_arrive=False, user_first_token=0.03) is None
 
 
