@@ -166,8 +166,8 @@ def test_passes_in_stages_paused_inside_for_another_job_change_no_token(
     in groups of layers, with a ``PASS_POINT`` between groups; a user's generation run at
     such a point (the rest of the paused pass still lazy) changes neither job's tokens nor
     log-probabilities."""
-    params = SamplingParams(max_tokens=TOKENS, temperature=0.9, top_p=0.95, seed=7, logprobs=2)
-    user_params = SamplingParams(max_tokens=6, temperature=0.0)
+    params = SamplingParams(max_tokens=12, temperature=0.9, top_p=0.95, seed=7, logprobs=2)
+    user_params = SamplingParams(max_tokens=4, temperature=0.0)
     user_prompt = runner.render_chat([{"role": "user", "content": "Name a colour."}])
     whole = list(runner.generate(prompt_of(runner), params))
     user_alone = tokens_of(runner, user_params, user_prompt)
@@ -178,7 +178,7 @@ def test_passes_in_stages_paused_inside_for_another_job_change_no_token(
         for event in runner.generate(prompt_of(runner), params):
             if event is PASS_POINT:
                 points += 1
-                if points % 23 == 5:  # paused inside a pass; the user's job runs whole
+                if points % 67 == 5:  # paused inside a pass; the user's job runs whole
                     pacing.grain = None
                     user_runs.append(tokens_of(runner, user_params, user_prompt))
                     pacing.grain = 1e-9
