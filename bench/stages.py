@@ -2,9 +2,9 @@
 
 Background work that a user may preempt computes a pass (a decode step, a prefill chunk)
 longer than the pause grain in groups of layers with a point to pause after each, instead
-of whole with the next decode step queued ahead. What that costs and buys, on the gateway's runner in this process (no
-HTTP, no scheduler: a fixed pacing), one fixed greedy prompt, the variants interleaved in
-every run (their order alternating), one discarded warm-up:
+of whole with the next decode step queued ahead. What that costs and buys, on the gateway's
+runner in this process (no HTTP, no scheduler: a fixed pacing), one fixed greedy prompt,
+the variants interleaved in every run (their order alternating), one discarded warm-up:
 
 * decode tokens/s (``--max-tokens`` tokens after the first);
 * the grain: the mean and the longest time between two points where the scheduler could

@@ -121,9 +121,9 @@ class MLXGeneration:
         from mlx_lm.models.cache import KVCache
 
         cache = self._cache
-        if self._mid_pass or not cache or self._released_offset:
-            return False  # paused inside a pass: its rest still reads the cache
-        if not all(type(c) is KVCache for c in cache):
+        if self._mid_pass:
+            return False  # paused inside a pass: the rest of it still reads the cache
+        if not cache or self._released_offset or not all(type(c) is KVCache for c in cache):
             return False
         self._released_offset = cache[0].offset
         for layer in cache:
@@ -437,7 +437,8 @@ class MLXRunner:
         return max(1, math.ceil(seconds / grain))
 
     def _step_stages(self) -> int:
-        """The next decode step's groups: whole while steps are short (``MIN_STAGED_STEP_SECONDS``)."""
+        """The next decode step's groups: whole while steps are short
+        (``MIN_STAGED_STEP_SECONDS``)."""
         seconds = self._seconds_per_step
         return self._stages(seconds) if seconds and seconds > MIN_STAGED_STEP_SECONDS else 1
 

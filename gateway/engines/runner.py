@@ -30,7 +30,8 @@ class PromptState:
 
 class Generation(Protocol):
     """A generation in flight: iterate it for ``PrefillProgress``, ``TokenEvent`` and a last
-    ``Finished`` (and, under a scheduler, points to pause at); close it to cancel. One event per token, so a consumer can stop within one."""
+    ``Finished`` (and, under a scheduler, ``PASS_POINT``: points to pause at inside a pass);
+    close it to cancel. One event per token, so a consumer can stop within one."""
 
     cached_tokens: int
     # Set when the generation has ended: the cache and exactly the tokens it holds.
