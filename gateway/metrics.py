@@ -70,8 +70,9 @@ class SchedulerMetrics(_Concern):
         # vllm:num_preemptions_total
         self.preemptions = Counter(
             "gateway_preemptions",
-            "Jobs paused so that a user job could run.",
-            ["priority"],
+            "Jobs paused so that a user job could run, inside a pass of the model (between "
+            "groups of layers) or between passes.",
+            ["priority", "where"],
             registry=r,
         )
         self.paused_memory_released = Counter(
@@ -109,8 +110,8 @@ class SchedulerMetrics(_Concern):
         self.slot_busy_seconds.inc(held_seconds)
         self.slot_busy.set(0)
 
-    def job_preempted(self, lane: str) -> None:
-        self.preemptions.labels(lane).inc()
+    def job_preempted(self, lane: str, inside_pass: bool) -> None:
+        self.preemptions.labels(lane, "inside_pass" if inside_pass else "between_passes").inc()
 
     def job_cancelled(self, lane: str, stage: str) -> None:
         self.cancellations.labels(lane, stage).inc()

@@ -31,7 +31,9 @@ class SchedulerObserver(Protocol):
         """The slot was left after one slice of work that held it this long."""
         ...
 
-    def job_preempted(self, lane: str) -> None: ...
+    def job_preempted(self, lane: str, inside_pass: bool) -> None:
+        """A job was paused for a user job: inside a pass (``PASS_POINT``) or between two."""
+        ...
 
     def job_cancelled(self, lane: str, stage: str) -> None:
         """A job was cancelled while ``running``, ``queued`` or ``preempted``."""

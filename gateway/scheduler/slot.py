@@ -359,7 +359,7 @@ class Scheduler:
         if end == _SliceEnd.PREEMPTED:
             job.state = JobState.PREEMPTED
             job.preemptions += 1
-            self.observer.job_preempted(_label(job))
+            self.observer.job_preempted(_label(job), job.paused_inside_pass)
             self._queue_of(job).appendleft(job)
             await self._limit_paused_memory()
         elif end == _SliceEnd.CANCELLED:

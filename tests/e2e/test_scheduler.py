@@ -64,10 +64,15 @@ def _stream_text(gateway: RunningGateway, on_chunk=None) -> str:  # type: ignore
     return "".join(parts)
 
 
-def _preemptions(gateway: RunningGateway) -> float:
+def _preemptions(gateway: RunningGateway, where: str | None = None) -> float:
+    """Jobs paused for a user job so far (``where``: only ``inside_pass`` or ``between_passes``)."""
     for family in text_string_to_metric_families(httpx.get(f"{gateway.base_url}/metrics").text):
         if family.name == "gateway_preemptions":
-            return sum(s.value for s in family.samples if s.name.endswith("_total"))
+            return sum(
+                s.value
+                for s in family.samples
+                if s.name.endswith("_total") and where in (None, s.labels["where"])
+            )
     return 0.0
 
 
@@ -84,7 +89,7 @@ def test_preempted_background_generation_resumes_with_identical_output(
         model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=1
     )
     reference = _stream_text(gateway)
-    before = _preemptions(gateway)
+    before, before_inside = _preemptions(gateway), _preemptions(gateway, "inside_pass")
     user_answers: list[str] = []
 
     def interrupt(index: int) -> None:
@@ -111,6 +116,8 @@ def test_preempted_background_generation_resumes_with_identical_output(
     assert _preemptions(gateway) >= before + 1, "the background job should have been preempted"
     assert resumed == reference
     if which == "tight_gateway":
+        # No paused job may keep its memory: never paused inside a pass, always released.
+        assert _preemptions(gateway, "inside_pass") == before_inside
         assert (
             "gateway_paused_memory_released_total" in httpx.get(f"{gateway.base_url}/metrics").text
         )

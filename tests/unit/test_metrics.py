@@ -44,7 +44,7 @@ def test_the_scheduler_s_events_move_their_series() -> None:
     observer.slot_taken()
     taken = samples(metrics)[("gateway_slot_busy", ())]
     observer.slot_freed(2.5)
-    observer.job_preempted("background")
+    observer.job_preempted("background", True)
     observer.job_cancelled("user", "queued")
     observer.job_memory_released("background")
     observer.lanes_changed({"typing": True, "memory": False}, {"user": 3})
@@ -53,7 +53,8 @@ def test_the_scheduler_s_events_move_their_series() -> None:
     assert seen[("gateway_slot_busy_seconds_total", ())] == 2.5
     assert seen[("gateway_rejections_total", (("priority", "user"), ("reason", "queue_full")))] == 1
     assert seen[("gateway_queue_wait_seconds_count", (("priority", "task"),))] == 1
-    assert seen[("gateway_preemptions_total", (("priority", "background"),))] == 1
+    inside = (("priority", "background"), ("where", "inside_pass"))
+    assert seen[("gateway_preemptions_total", inside)] == 1
     assert seen[("gateway_cancellations_total", (("priority", "user"), ("stage", "queued")))] == 1
     assert seen[("gateway_paused_memory_released_total", (("priority", "background"),))] == 1
     assert seen[("gateway_gate_closed", (("gate", "typing"),))] == 1
