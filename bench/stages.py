@@ -27,8 +27,13 @@ from bench.stats import Summary, ratio, table, write_json
 from gateway.config import default_cache_dir
 from gateway.engines.device import choose_compute_path
 from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
-from gateway.scheduler.pacing import MIN_PAUSE_GRAIN_SECONDS, PAUSE_GRAIN_SECONDS, ChunkBudget
-from gateway.seam.backend import PASS_POINT, SamplingParams, TokenEvent
+from gateway.scheduler.pacing import (
+    MIN_PAUSE_GRAIN_SECONDS,
+    PASS_POINT,
+    PAUSE_GRAIN_SECONDS,
+    ChunkBudget,
+)
+from gateway.seam.backend import SamplingParams, TokenEvent
 
 PREFILL_CHUNK = 32
 PROMPT = "Explain, step by step, how a river carves a valley over thousands of years."

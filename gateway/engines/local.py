@@ -23,6 +23,7 @@ from gateway.engines.residency import LocalModels, Resident
 from gateway.engines.runner import Generation, ModelRunner, PromptState
 from gateway.errors import InvalidRequestError
 from gateway.scheduler.jobs import JobHandle, JobSpec, JobState
+from gateway.scheduler.pacing import JobStep, PassPoint
 from gateway.scheduler.slot import Scheduler
 from gateway.seam.backend import (
     BackendEvent,
@@ -30,8 +31,6 @@ from gateway.seam.backend import (
     BackendKind,
     Capabilities,
     GenerationRequest,
-    JobStep,
-    PassPoint,
     PrefillProgress,
     Priority,
     Prompt,

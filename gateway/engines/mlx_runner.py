@@ -24,12 +24,10 @@ from gateway.engines.reasoning_section import ReasoningSection
 from gateway.engines.runner import KVCache, PromptState
 from gateway.engines.text_tail import TextTail
 from gateway.engines.weights import WeightsMode, default_mode, load_model
+from gateway.scheduler.pacing import PASS_POINT, JobStep, Pacing, PassPoint
 from gateway.seam.backend import (
-    PASS_POINT,
     Finished,
     FinishReason,
-    JobStep,
-    PassPoint,
     PrefillProgress,
     SamplingParams,
     TokenChoice,
@@ -45,7 +43,6 @@ from gateway.seam.tool_format import (
 
 if TYPE_CHECKING:
     from gateway.engines.experts.plan import StreamedExperts
-    from gateway.scheduler.pacing import Pacing
 
 log = logging.getLogger(__name__)
 
@@ -389,12 +386,8 @@ class MLXRunner:
             started = time.perf_counter()
             self.model(mx.array(chunk)[None], cache=cache)
             states = [c.state for c in cache]
-            paused = 0.0  # the time spent paused inside the chunk is not its pace
-            expected = len(chunk) * self._seconds_per_token if self._seconds_per_token else None
-            for _ in self._computed_in_stages(cache, self._stages(expected)):
-                point = time.perf_counter()
-                yield PASS_POINT
-                paused += time.perf_counter() - point
+            # The time spent paused inside the chunk is not its pace.
+            paused = yield from self._pass_points(cache, self._stages(self._pass_seconds(chunk)))
             mx.eval(states)
             seconds = time.perf_counter() - started - paused
             self._seconds_per_token = seconds / len(chunk)
@@ -442,11 +435,11 @@ class MLXRunner:
         seconds = self._seconds_per_step
         return self._stages(seconds) if seconds and seconds > MIN_STAGED_STEP_SECONDS else 1
 
-    def _computed_in_stages(self, cache: KVCache, stages: int) -> Iterator[None]:
+    def _pass_points(self, cache: KVCache, stages: int) -> Generator[PassPoint, None, float]:
         """Compute the pass just built into ``cache`` in ``stages`` groups of layers (from
-        ``_stages``: about the scheduler's pause grain each), yielding after each group but
-        the last: points where the job may be paused with the rest of the pass still lazy
-        (``Pacing.pause_grain``).
+        ``_stages``: about the scheduler's pause grain each), yielding ``PASS_POINT`` after
+        each group but the last: points where the job may be paused with the rest of the
+        pass still lazy (``Pacing.pause_grain``). Returns the seconds spent suspended there.
 
         A group ends at a layer's cache: its keys and values need every layer below it, and
         nothing above. They are taken now, as a paused job's cache may be replaced."""
@@ -454,9 +447,19 @@ class MLXRunner:
 
         stages = min(stages, len(cache))
         ends = [cache[len(cache) * k // stages].state for k in range(1, stages)]
+        suspended = 0.0
         for arrays in ends:
             mx.eval(arrays)
-            yield
+            point = time.perf_counter()
+            yield PASS_POINT
+            suspended += time.perf_counter() - point
+        return suspended
+
+    def _pass_seconds(self, tokens: Sequence[int]) -> float:
+        """About how long a pass over ``tokens`` takes at the measured pace (0: not known):
+        the last prefill chunk's time per token, and never less than a decode step."""
+        per_token, per_step = self._seconds_per_token, self._seconds_per_step
+        return max(len(tokens) * (per_token or 0.0), per_step or 0.0)
 
     def _note_step(self, seconds: float) -> None:
         """A decode step's compute (the pace that decides its stages; it grows with the
@@ -566,10 +569,7 @@ class MLXRunner:
             grammar.insert(0, section)
         fed = mx.array(uncached)
         logits = self.model(fed[None], cache=cache)[:, -1, :]
-        per_token, per_step = self._seconds_per_token, self._seconds_per_step
-        expected = max(len(uncached) * (per_token or 0.0), per_step or 0.0)
-        for _ in self._computed_in_stages(cache, self._stages(expected)):
-            yield PASS_POINT
+        yield from self._pass_points(cache, self._stages(self._pass_seconds(uncached)))
         for processor in [*make_job_logits_processors(params, len(uncached)), *grammar]:
             logits = processor(fed, logits)
         logprobs = logits - mx.logsumexp(logits, keepdims=True)
@@ -591,9 +591,10 @@ class MLXRunner:
         """``count`` tokens after ``first``, as mlx-lm's ``generate_step`` computes them: the
         same pass on its generation stream, sampler and processors, each step queued while
         the one before is still computing (so the device never waits for Python) — except
-        when the scheduler says not to (``Pacing.decode_ahead``: a job that a user may pause
-        at any moment). Then the step is queued only once the token before it is read, and
-        a job paused there leaves nothing computing behind it."""
+        when the scheduler says not to (``Pacing.decode_ahead``: a job about to pause) or the
+        step is computed in groups of layers (``_step_stages``). Then the step is queued only
+        once the token before it is read, and a job paused there leaves nothing computing
+        behind it."""
         import mlx.core as mx
         from mlx_lm.generate import generation_stream
 
@@ -617,10 +618,7 @@ class MLXRunner:
         def queued(token: Any) -> Generator[PassPoint, None, tuple[Any, Any]]:
             nonlocal suspended
             pass_ = step(token)
-            for _ in self._computed_in_stages(cache, self._step_stages()):
-                point = time.perf_counter()
-                yield PASS_POINT
-                suspended += time.perf_counter() - point
+            suspended += yield from self._pass_points(cache, self._step_stages())
             mx.async_eval(*pass_)
             return pass_
 

@@ -12,7 +12,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.seam.backend import JobStep, PassPoint, SamplingParams
+from gateway.scheduler.pacing import JobStep, PassPoint
+from gateway.seam.backend import SamplingParams
 from gateway.seam.reasoning import ReplyFormat
 from gateway.seam.request_parts import ChatMessage, ToolSpec
 

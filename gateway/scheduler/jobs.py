@@ -98,7 +98,7 @@ class Job:
     preempt_requested: bool = False
     # Whether it may pause inside a pass (at a ``PASS_POINT``): only while the paused jobs
     # holding memory leave room for it, as a pass left half done holds its cache.
-    pause_inside_pass: bool = False
+    may_pause_inside_pass: bool = False
     steps: Iterator[Any] | None = None
     memory_released: bool = False
     paused_inside_pass: bool = False  # its memory cannot be released until it resumes

@@ -44,6 +44,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.seam.backend import BackendEvent
+
+
+class PassPoint:
+    """A point inside one pass of the model (a prefill chunk, a decode step) where the job
+    may be paused: while a user may arrive, a runner computes a long background pass a group
+    of layers at a time (``Pacing.pause_grain``). It never leaves the inference thread: the
+    scheduler checks for a pause there and hands nothing on."""
+
+    __slots__ = ()
+
+
+PASS_POINT = PassPoint()
+# What a job's steps yield on the inference thread: its events, and points to pause at.
+JobStep = BackendEvent | PassPoint
+
 
 @dataclass(frozen=True)
 class ChunkBudget:

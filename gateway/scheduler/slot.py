@@ -30,9 +30,9 @@ from gateway.scheduler.gates import GATE_NAMES, Gates
 from gateway.scheduler.handoff import EventHandoff
 from gateway.scheduler.jobs import Job, JobHandle, JobSpec, JobState
 from gateway.scheduler.observer import SchedulerObserver
-from gateway.scheduler.pacing import ChunkBudget
+from gateway.scheduler.pacing import PASS_POINT, ChunkBudget
 from gateway.scheduler.policy import OnWaiting, SchedulerConfig
-from gateway.seam.backend import PASS_POINT, Priority, TokenEvent
+from gateway.seam.backend import Priority, TokenEvent
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
@@ -269,7 +269,7 @@ class Scheduler:
         if decision is OnWaiting.CANCEL:
             self._withdraw(running)  # speculative work gives way to anything, not resumed
         else:
-            running.pause_inside_pass = policy.room_to_keep_memory(
+            running.may_pause_inside_pass = policy.room_to_keep_memory(
                 self._all_queues(), self.config.max_paused_with_memory
             )
             running.preempt_requested = True
@@ -404,7 +404,7 @@ class Scheduler:
                 if job.cancel_requested:
                     _close(job)
                     return _SliceEnd.CANCELLED
-                if job.preempt_requested and (job.pause_inside_pass or not inside_pass):
+                if job.preempt_requested and (job.may_pause_inside_pass or not inside_pass):
                     job.preempt_requested = False
                     job.paused_inside_pass = inside_pass
                     where = "inside a pass" if inside_pass else "between passes"

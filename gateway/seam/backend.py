@@ -32,7 +32,6 @@ from gateway.seam.reasoning import ReplyFormat
 from gateway.seam.request_parts import ChatMessage, Grammar, ToolSpec
 
 __all__ = [
-    "PASS_POINT",
     "Backend",
     "BackendEvent",
     "BackendHealth",
@@ -41,8 +40,6 @@ __all__ = [
     "FinishReason",
     "Finished",
     "GenerationRequest",
-    "JobStep",
-    "PassPoint",
     "PrefillProgress",
     "Priority",
     "Prompt",
@@ -196,18 +193,6 @@ class PrefillProgress:
     tokens_done: int
 
 
-class PassPoint:
-    """A point inside one pass of the model (a prefill chunk, a decode step) where the job
-    may be paused: while a user may arrive, a runner computes a long background pass a group
-    of layers at a time (``Pacing.pause_grain``). It never leaves the inference thread: the
-    scheduler checks for a pause there and hands nothing on."""
-
-    __slots__ = ()
-
-
-PASS_POINT = PassPoint()
-
-
 @dataclass(frozen=True)
 class TokenLogprob:
     """A token as text and bytes (a token may hold part of a character) and its log-probability."""
@@ -249,8 +234,6 @@ class Finished:
 
 
 BackendEvent = Started | PrefillProgress | TokenEvent | Finished
-# What a job's steps yield on the inference thread: its events, and points to pause at.
-JobStep = BackendEvent | PassPoint
 
 
 @dataclass(frozen=True)

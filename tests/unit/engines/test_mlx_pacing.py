@@ -17,8 +17,8 @@ from gateway.engines.device import choose_compute_path
 from gateway.engines.mlx_runner import MIN_TIMED_CHUNK_TOKENS, MLXRunner
 from gateway.engines.runner import PromptState
 from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
-from gateway.scheduler.pacing import ChunkBudget
-from gateway.seam.backend import PASS_POINT, Finished, SamplingParams, TokenEvent
+from gateway.scheduler.pacing import PASS_POINT, ChunkBudget
+from gateway.seam.backend import Finished, SamplingParams, TokenEvent
 
 TOKENS = 24
 

@@ -13,8 +13,9 @@ import pytest
 from gateway.errors import QueueFullError, ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
 from gateway.scheduler.jobs import JobHandle, JobSpec, JobState
+from gateway.scheduler.pacing import PASS_POINT
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
-from gateway.seam.backend import PASS_POINT, Priority
+from gateway.seam.backend import Priority
 
 STEP_SECONDS = 0.002
 
