@@ -157,13 +157,26 @@ def test_an_image_part_is_refused_naming_it(gateway: RunningGateway) -> None:
     assert "this model takes text only" in error["message"]
 
 
+# The city's length is bounded so that the call always ends within max_tokens: greedy decoding
+# on a cached prefix can pick another (longer) city than on a cold one, and a cut call is
+# rightly answered with finish_reason "length" (CI saw that once) — not what this test is about.
+BOUNDED_WEATHER = {
+    **WEATHER,
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}},
+        "required": ["city"],
+    },
+}
+
+
 def test_legacy_functions_are_answered_with_function_call(gateway: RunningGateway) -> None:
     client = gateway.openai()
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
     reply = client.chat.completions.create(
         model=MODEL,
         messages=messages,  # type: ignore[arg-type]
-        functions=[WEATHER],  # type: ignore[list-item]
+        functions=[BOUNDED_WEATHER],  # type: ignore[list-item]
         function_call={"name": "get_weather"},
         max_tokens=60,
     )
@@ -177,7 +190,7 @@ def test_legacy_functions_are_answered_with_function_call(gateway: RunningGatewa
     stream = client.chat.completions.create(
         model=MODEL,
         messages=messages,  # type: ignore[arg-type]
-        functions=[WEATHER],  # type: ignore[list-item]
+        functions=[BOUNDED_WEATHER],  # type: ignore[list-item]
         function_call={"name": "get_weather"},
         max_tokens=60,
         stream=True,
@@ -195,7 +208,7 @@ def test_legacy_functions_are_answered_with_function_call(gateway: RunningGatewa
     plain = client.chat.completions.create(
         model=MODEL,
         messages=messages,  # type: ignore[arg-type]
-        functions=[WEATHER],  # type: ignore[list-item]
+        functions=[BOUNDED_WEATHER],  # type: ignore[list-item]
         function_call="none",
         max_tokens=10,
     )
