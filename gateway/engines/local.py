@@ -437,8 +437,11 @@ class LocalBackend:
             runner.pacing = self.scheduler
         return runner
 
-    def note_typing(self) -> None:
-        self.scheduler.note_typing()
+    def note_typing(self, holder: str) -> None:
+        self.scheduler.note_typing(holder)
+
+    def end_typing(self, holder: str) -> None:
+        self.scheduler.end_typing(holder)
 
     def hold_prefill_freeze(self, holder: str) -> None:
         self.scheduler.hold_prefill_freeze(holder)

@@ -1,13 +1,16 @@
 """The three gates that hold work back instead of a sleep (``shared/MISSION.md`` point 2).
 
-* pipeline lock: while a ``user`` job runs, and for a short grace after it, no ``background``
-  job starts (a multi-step user pipeline is not interleaved with background work);
+* pipeline lock: while a ``user`` job runs (not a typing hint's prefill), and for a short
+  grace after it, no ``background`` job starts (a multi-step user pipeline is not
+  interleaved with background work);
 * prefill freeze: while a typing pre-prefill is queued, computing or ready, only ``user``
   jobs may take the slot, so the warmed cache is not pushed out before it is used; but for
   at most ``freeze_max`` seconds after the hint's last update: a hint nobody follows up must
   not hold task and background work until it expires (the warm cache stays in the store);
 * typing lock: after a typing hint, ``background`` jobs wait until the user has been quiet
-  for a while (which also lets the machine cool before the real request).
+  for a while (which also lets the machine cool before the real request); the request a
+  hint announced, when it comes, ends that hint's typing (a hinted task is not held by its
+  own keystrokes), and so does the client withdrawing its hint.
 """
 
 from __future__ import annotations
@@ -38,9 +41,19 @@ class Gates:
     freeze_max: float = 5.0
     user_running: bool = False
     last_user_end: float = float("-inf")
-    last_typing: float = float("-inf")
+    # Hint id -> its last keystroke (the hint posted); a request using the hint removes it.
+    typing_holders: dict[str, float] = field(default_factory=dict)
     # Hint id -> when it last held the freeze (posted, or updated by a newer draft).
     freeze_holders: dict[str, float] = field(default_factory=dict)
+
+    def typing_ends(self) -> float:
+        return max(self.typing_holders.values(), default=float("-inf")) + self.typing_quiet
+
+    def note_typing(self, holder: str, now: float) -> None:
+        # Keystrokes older than the quiet time hold nothing any more: forget them.
+        for old in [h for h, t in self.typing_holders.items() if t + self.typing_quiet <= now]:
+            del self.typing_holders[old]
+        self.typing_holders[holder] = now
 
     def freeze_ends(self) -> float:
         return max(self.freeze_holders.values(), default=float("-inf")) + self.freeze_max
@@ -49,7 +62,7 @@ class Gates:
         return {
             PIPELINE_LOCK: self.user_running or now < self.last_user_end + self.pipeline_grace,
             PREFILL_FREEZE: now < self.freeze_ends(),
-            TYPING_LOCK: now < self.last_typing + self.typing_quiet,
+            TYPING_LOCK: now < self.typing_ends(),
         }
 
     def holds(self, priority: Priority, now: float) -> list[str]:
@@ -64,7 +77,7 @@ class Gates:
             t
             for t in (
                 self.last_user_end + self.pipeline_grace,
-                self.last_typing + self.typing_quiet,
+                self.typing_ends(),
                 self.freeze_ends(),
             )
             if t > now

@@ -185,9 +185,14 @@ class Scheduler:
             since_user_job=0.0 if gates.user_running else now - gates.last_user_end,
         )
 
-    def note_typing(self) -> None:
-        """A typing hint arrived: (re)close the typing lock."""
-        self.gates.last_typing = self.clock()
+    def note_typing(self, holder: str) -> None:
+        """A typing hint (``holder``) arrived: (re)close the typing lock."""
+        self.gates.note_typing(holder, self.clock())
+        self._changed()
+
+    def end_typing(self, holder: str) -> None:
+        """The request ``holder`` announced has come: its keystrokes hold nothing more."""
+        self.gates.typing_holders.pop(holder, None)
         self._changed()
 
     def hold_prefill_freeze(self, holder: str) -> None:
@@ -340,7 +345,9 @@ class Scheduler:
             )
         job.state = JobState.RUNNING
         self.running = job
-        if job.priority is Priority.USER:
+        # A typing hint's prefill is no step of a user's pipeline: it arms no pipeline lock
+        # (a hinted background task would otherwise wait out the grace after its own hint).
+        if _runs_user_job(job):
             self.gates.user_running = True
         self.observer.slot_taken()
         self._publish_gauges()
@@ -353,7 +360,7 @@ class Scheduler:
             held = time.perf_counter() - started
             self.observer.slot_freed(held)
             self.running = None
-            if job.priority is Priority.USER:
+            if _runs_user_job(job):
                 self.gates.user_running = False
                 self.gates.last_user_end = self.clock()
         if end == _SliceEnd.PREEMPTED:

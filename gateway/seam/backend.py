@@ -386,8 +386,12 @@ class Warmable(Protocol):
         """Queue a pre-prefill of ``tokens`` into the prefix cache (raises 429 when full)."""
         ...
 
-    def note_typing(self) -> None:
-        """A keystroke: (re)close the typing lock."""
+    def note_typing(self, holder: str) -> None:
+        """A keystroke (the hint ``holder``): (re)close the typing lock."""
+        ...
+
+    def end_typing(self, holder: str) -> None:
+        """The request the hint ``holder`` announced has come: its typing is over."""
         ...
 
     def hold_prefill_freeze(self, holder: str) -> None: ...

@@ -164,7 +164,7 @@ class HintService:
             )
             if hint.sampling.temperature == 0 or request.seed is not None:  # reproducible
                 hint.answer_to = (*messages, {"role": "user", "content": request.draft})
-        backend.note_typing()
+        backend.note_typing(hint.id)
         backend.hold_prefill_freeze(hint.id)
         try:
             hint.warmup = await backend.warm(hint.id, tokens, request.session)
@@ -230,8 +230,11 @@ class HintService:
             raise NotFoundError(f"no typing hint {shorten(hint_id)!r}", param="id") from None
 
     def abort(self, hint_id: str) -> Hint:
+        """The client withdraws its hint: nothing is announced any more, so its keystrokes
+        hold no background work either."""
         hint = self.get(hint_id)
         if hint.state in ACTIVE:
+            self._typing_over(hint)
             self._end(hint, PrefillState.ABORTED)
         return hint
 
@@ -250,6 +253,9 @@ class HintService:
                     hint.mismatch_counted = True
                     self.metrics.typing_hints.labels("mismatched").inc()
                 continue
+            # The request this hint announced has come: the typing it signalled is over (a
+            # hinted background task must not wait out its own keystrokes' quiet time).
+            self._typing_over(hint)
             if hint.state is PrefillState.QUEUED:
                 self._end(hint, PrefillState.ABORTED)  # not started: run the request normally
                 continue
@@ -330,6 +336,10 @@ class HintService:
         self.metrics.typing_hints.labels(state.value).inc()
         if self.by_session.get(hint.session or "") is hint:
             del self.by_session[hint.session or ""]
+
+    def _typing_over(self, hint: Hint) -> None:
+        if hint.backend is not None:
+            hint.backend.end_typing(hint.id)
 
     def _expire(self, hint: Hint) -> None:
         if hint.state in ACTIVE:

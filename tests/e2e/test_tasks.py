@@ -172,16 +172,34 @@ def test_chat_task_takes_messages_as_json(gw: RunningGateway) -> None:
     assert "Paris" in result["output"]
 
 
+def background_waits(gw: RunningGateway) -> tuple[float, float]:
+    """(count, sum) of gateway_queue_wait_seconds for background jobs."""
+    count = total = 0.0
+    for line in httpx.get(f"{gw.base_url}/metrics").text.splitlines():
+        if line.startswith('gateway_queue_wait_seconds_count{priority="background"}'):
+            count = float(line.rsplit(" ", 1)[1])
+        if line.startswith('gateway_queue_wait_seconds_sum{priority="background"}'):
+            total = float(line.rsplit(" ", 1)[1])
+    return count, total
+
+
 def test_a_hint_naming_a_task_warms_it(gw: RunningGateway) -> None:
-    args = {"text": PROFILES[1]}
+    # title: a background task with a short answer (the hint and its use are what is tested).
+    args = {"conversation": "User: which planet has the most moons?\nAssistant: Saturn."}
+    count, total = background_waits(gw)
     hint = httpx.post(
         f"{gw.base_url}/v1/typing",
-        json={"task": {"type": "extract_profile", "args": args}},
+        json={"task": {"type": "title", "args": args}},
         timeout=30,
     ).json()
     assert hint["object"] == "typing.hint"
-    result = run_task(gw, "extract_profile", args=args).json()
+    result = run_task(gw, "title", args=args).json()
     assert result["usage"]["prompt_tokens_details"]["cached_tokens"] >= hint["prefix_tokens"] - 4
+    # The task is the request its hint announced: it is not held by the typing lock the hint
+    # closed (typing_quiet_seconds is 2 s here; it used to wait out what was left of it).
+    after_count, after_total = background_waits(gw)
+    assert after_count == count + 1
+    assert after_total - total < 0.5, after_total - total
 
 
 # -- response_format in chat completions ---------------------------------------------------

@@ -25,7 +25,10 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
         tmp_path_factory.mktemp("typing"),
         {
             "cache": {"hint_idle_seconds": HINT_IDLE_SECONDS},
-            "scheduler": {"typing_quiet_seconds": 1.0},
+            # The freeze outlasts any hint here (a hint's expiry or use releases it): on a
+            # loaded machine a cold hint's prefill can take longer than the 5 s default, and
+            # then a ready hint would find its freeze already lifted (seen under load).
+            "scheduler": {"typing_quiet_seconds": 1.0, "prefill_freeze_max_seconds": 60.0},
         },
     )
     yield running

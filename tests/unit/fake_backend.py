@@ -78,6 +78,7 @@ class FakeBackend:
         self.warmups: list[FakeWarmup] = []
         self.freeze_holders: set[str] = set()
         self.typing_notes = 0
+        self.typing_holders: set[str] = set()
         self.closed_streams = 0
         self.fail_before_start: Exception | None = None
         self.release_tokens = asyncio.Event()
@@ -133,8 +134,12 @@ class FakeBackend:
         self.warmups.append(warmup)
         return warmup
 
-    def note_typing(self) -> None:
+    def note_typing(self, holder: str) -> None:
         self.typing_notes += 1
+        self.typing_holders.add(holder)
+
+    def end_typing(self, holder: str) -> None:
+        self.typing_holders.discard(holder)
 
     def hold_prefill_freeze(self, holder: str) -> None:
         self.freeze_holders.add(holder)

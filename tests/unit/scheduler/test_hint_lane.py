@@ -179,3 +179,20 @@ async def test_the_grain_follows_the_shortest_recent_user_first_token() -> None:
         await scheduler.submit(JobSpec(Priority.BACKGROUND, background)).wait()
     assert all(g is not None and 0.006 <= g < 0.009 for g in grains), grains
     await scheduler.stop()
+
+
+async def test_a_hint_prefill_arms_no_pipeline_lock() -> None:
+    # The grace after a user job keeps a user's pipeline together; a hint is no such step:
+    # a background task the hint announced starts right after it, not a grace later.
+    scheduler = make_scheduler(pipeline_grace=30.0)
+    await scheduler.start()
+    engine = FakeEngine()
+    warmed = scheduler.submit_hint(hint(engine, "h"), session=None)
+    await warmed.wait()
+    assert scheduler.snapshot()["gates"]["pipeline_lock"] is False
+    background = scheduler.submit(JobSpec(Priority.BACKGROUND, engine.work("bg", steps=1)))
+    await asyncio.wait_for(background.wait(), 5)
+    user = scheduler.submit(JobSpec(Priority.USER, engine.work("user", steps=1)))
+    await user.wait()
+    assert scheduler.snapshot()["gates"]["pipeline_lock"] is True  # a user job does arm it
+    await scheduler.stop()

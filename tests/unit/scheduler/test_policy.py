@@ -162,7 +162,7 @@ def test_waiting_hints_hold_task_work_but_not_the_user() -> None:
 
 def test_a_closed_gate_makes_its_classes_wait() -> None:
     gates = open_gates()
-    gates.last_typing = NOW  # the typing lock holds background work
+    gates.typing_holders["hint-1"] = NOW  # the typing lock holds background work
     gates.typing_quiet = 2.0
     assert would_wait(BACKGROUND, gates=gates)
     assert not would_wait(TASK, gates=gates)

@@ -210,17 +210,34 @@ async def test_typing_lock_holds_background_until_quiet() -> None:
     scheduler = make_scheduler(typing_quiet=0.3)
     await scheduler.start()
     engine = FakeEngine()
-    scheduler.note_typing()
+    scheduler.note_typing("hint-1")
     typed = time.monotonic()
     background = scheduler.submit(JobSpec(Priority.BACKGROUND, engine.work("bg", steps=1)))
     user = scheduler.submit(JobSpec(Priority.USER, engine.work("user", steps=1)))
     await user.wait()
     await asyncio.sleep(0.1)
-    scheduler.note_typing()  # still typing: the lock is closed again
+    scheduler.note_typing("hint-2")  # still typing: the lock is closed again
     retyped = time.monotonic()
     await background.wait()
     assert time.monotonic() - retyped >= 0.29
     assert retyped - typed >= 0.1
+    await scheduler.stop()
+
+
+async def test_the_request_a_hint_announced_ends_its_typing() -> None:
+    scheduler = make_scheduler(typing_quiet=30.0)
+    await scheduler.start()
+    engine = FakeEngine()
+    scheduler.note_typing("hint-a")
+    scheduler.note_typing("hint-b")  # someone else types too
+    background = scheduler.submit(JobSpec(Priority.BACKGROUND, engine.work("bg", steps=1)))
+    scheduler.end_typing("hint-a")
+    await asyncio.sleep(0.05)
+    assert scheduler.snapshot()["gates"]["typing_lock"] is True  # hint-b still holds it
+    assert background.state is JobState.QUEUED
+    scheduler.end_typing("hint-b")
+    await asyncio.wait_for(background.wait(), 5)  # nobody types: at once, not after 30 s
+    assert scheduler.snapshot()["gates"]["typing_lock"] is False
     await scheduler.stop()
 
 

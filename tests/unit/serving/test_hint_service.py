@@ -44,10 +44,12 @@ async def test_queued_hint_is_aborted_when_the_request_comes() -> None:
     hint = await typing.post(hint_request())
     assert hint.state is PrefillState.QUEUED
     assert hint.id in backend.freeze_holders and backend.typing_notes == 1
+    assert backend.typing_holders == {hint.id}
     await typing.join("fast", tokens_of(FULL), None)
     assert hint.state is PrefillState.ABORTED
     assert backend.warmups[0].cancelled
     assert not backend.freeze_holders
+    assert not backend.typing_holders  # the announced request came: typing is over
 
 
 async def test_computing_hint_is_waited_for_then_used() -> None:
@@ -74,7 +76,7 @@ async def test_ready_hint_is_used() -> None:
     assert hint.id in backend.freeze_holders  # a ready hint still holds the freeze
     await typing.join("fast", tokens_of(FULL), "s1")
     assert hint.state is PrefillState.USED
-    assert not backend.freeze_holders
+    assert not backend.freeze_holders and not backend.typing_holders
 
 
 async def test_a_hint_of_another_conversation_is_not_used() -> None:
@@ -85,6 +87,7 @@ async def test_a_hint_of_another_conversation_is_not_used() -> None:
     await until(lambda: hint.state is PrefillState.READY)
     await typing.join("fast", tokens_of(FULL), None)
     assert hint.state is PrefillState.READY
+    assert backend.typing_holders == {hint.id}  # another conversation: still typing there
     samples = typing.metrics.typing_hints.labels("mismatched")._value.get()
     assert samples == 1
 
@@ -113,6 +116,7 @@ async def test_a_client_can_abort_its_hint() -> None:
     hint = await typing.post(hint_request())
     assert typing.abort(hint.id).state is PrefillState.ABORTED
     assert backend.warmups[0].cancelled and not backend.freeze_holders
+    assert not backend.typing_holders  # withdrawn: its keystrokes hold nothing more
 
 
 async def test_a_warmup_that_ends_early_aborts_the_hint() -> None:
