@@ -151,7 +151,7 @@ def test_tool_use_create_and_stream(gateway: RunningGateway) -> None:
         **{
             **request,
             "tool_choice": {"type": "none"},
-            "max_tokens": 30,
+            "max_tokens": 8,
             "messages": [
                 *request["messages"],  # type: ignore[list-item]
                 {

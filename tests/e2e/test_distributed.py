@@ -119,12 +119,18 @@ def greedy(gw: RunningGateway, tier: str, stream: bool) -> tuple[str, Any]:
     return text, usage
 
 
+@pytest.fixture(scope="module")
+def single(gw: RunningGateway) -> str:
+    """The one-process answer every cluster must give (computed once for the module)."""
+    return greedy(gw, "single", stream=False)[0]
+
+
 @pytest.mark.parametrize("sharding", SHARDINGS)
 @pytest.mark.parametrize("stream", [False, True])
 def test_two_ranks_answer_as_one_process_does(
-    gw: RunningGateway, sharding: str, stream: bool
+    gw: RunningGateway, single: str, sharding: str, stream: bool
 ) -> None:
-    reference, _ = greedy(gw, "single", stream=False)
+    reference = single
     text, usage = greedy(gw, sharding, stream)
     assert len(reference) > 20
     assert text == reference
@@ -166,7 +172,7 @@ def ranks_of(cluster_pid: int) -> dict[int, int]:
 
 
 def test_a_rank_killed_mid_stream_ends_the_stream_with_an_error_and_the_tier_recovers(
-    gw: RunningGateway,
+    gw: RunningGateway, single: str
 ) -> None:
     before = wait_for_state(gw, "pipeline", "ready")["cluster"]
     ranks = ranks_of(before["pid"])
@@ -190,8 +196,7 @@ def test_a_rank_killed_mid_stream_ends_the_stream_with_an_error_and_the_tier_rec
     after = wait_for_state(gw, "pipeline", "ready", restarts=before["restarts"] + 1)["cluster"]
     assert after["pid"] != before["pid"]
     assert ranks_of(before["pid"]) == {}
-    reference, _ = greedy(gw, "single", stream=False)
-    assert greedy(gw, "pipeline", stream=True)[0] == reference
+    assert greedy(gw, "pipeline", stream=True)[0] == single
     metrics = gw.http().get("/metrics").text
     assert 'gateway_cluster_restarts_total{tier="pipeline"} 1.0' in metrics
 

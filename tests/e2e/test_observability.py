@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -74,15 +73,9 @@ def test_promtool_accepts_the_rules_and_the_config() -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
-    running = start_gateway(tmp_path_factory.mktemp("observed"))
-    yield running
-    running.stop()
-
-
 @NEEDS_PROMETHEUS
-def test_a_real_prometheus_scrapes_and_records(gw: RunningGateway, tmp_path: Path) -> None:
+def test_a_real_prometheus_scrapes_and_records(gateway: RunningGateway, tmp_path: Path) -> None:
+    gw = gateway  # the shared gateway: what is scraped needs nothing fresh
     port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},

@@ -306,7 +306,7 @@ def test_previous_response_id_across_a_restart_reuses_the_saved_cache(node: Node
         model=MODEL,
         instructions=LIBRARIAN,
         input="Which ships do you have?",
-        max_output_tokens=16,
+        max_output_tokens=6,
         temperature=0,
     )
     node.restart()  # the prefix caches are saved at shutdown, the responses are in SQLite
@@ -317,7 +317,7 @@ def test_previous_response_id_across_a_restart_reuses_the_saved_cache(node: Node
         instructions=LIBRARIAN,  # instructions are not carried over, as OpenAI's
         previous_response_id=first.id,
         input="And maps of the Baltic?",
-        max_output_tokens=16,
+        max_output_tokens=6,
         temperature=0,
     )
     assert second.usage is not None

@@ -140,7 +140,14 @@ def tight_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningG
 
 
 def test_full_queue_gets_429_and_long_wait_gets_503(tight_gateway: RunningGateway) -> None:
-    long_body = {"model": MODEL, "messages": STORY, "max_tokens": 120, "temperature": 0}
+    # The occupant holds the slot ~3-5 s (60 tokens, no end token): past the waiter's 1.5 s.
+    long_body = {
+        "model": MODEL,
+        "messages": STORY,
+        "max_tokens": 60,
+        "temperature": 0,
+        "logit_bias": {"2": -100},
+    }
     results: dict[str, httpx.Response] = {}
 
     def post(name: str, body: dict[str, object]) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -51,6 +50,10 @@ AUDITS = [
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
     folder = tmp_path_factory.mktemp("tasks")
     (folder / "colour.toml").write_text(DROPPED_TASK)
+    # A task type naming a tier this gateway lacks: it starts anyway (and falls back).
+    (folder / "elsewhere.toml").write_text(
+        'tier = "no-such-tier"\n[templates]\nstatic = "Say hi."\n'
+    )
     running = start_gateway(tmp_path_factory.mktemp("gw"), {"task_folders": [str(folder)]})
     yield running
     running.stop()
@@ -105,25 +108,10 @@ def test_bad_task_requests_are_clear_errors(
         assert "summarize" in error["message"]  # the known ones are listed
 
 
-def test_json_tasks_are_always_schema_valid(gw: RunningGateway) -> None:
-    schemas = {
-        t: httpx.get(f"{gw.base_url}/v1/tasks/{t}").json()["output_schema"]
-        for t in ("extract_profile", "audit")
-    }
-    runs = [("extract_profile", {"text": text}) for text in PROFILES]
-    runs += [("audit", {"answer": a, "rules": r}) for a, r in AUDITS]
-    assert len(runs) >= 10
-    for task, args in runs:
-        result = run_task(gw, task, args=args).json()
-        assert result["object"] == "task.result" and result["task_type"] == task
-        assert result["finish_reason"] == "stop", result
-        jsonschema.validate(result["output"], schemas[task])
-        assert isinstance(result["thinking"], str)
-        assert "<" not in json.dumps(result["output"])[:1]  # the tag never leaks into output
-
-
-def test_streamed_task_tells_thinking_from_output(gw: RunningGateway) -> None:
-    events: list[dict[str, Any]] = []
+@pytest.fixture(scope="module")
+def streamed_profile(gw: RunningGateway) -> list[dict[str, Any]]:
+    """The events of one streamed extract_profile run (PROFILES[0]): the streaming test
+    checks them, and its final result is one of the JSON test's runs."""
     with httpx.stream(
         "POST",
         f"{gw.base_url}/v1/tasks/extract_profile",
@@ -133,7 +121,31 @@ def test_streamed_task_tells_thinking_from_output(gw: RunningGateway) -> None:
         assert response.status_code == 200
         lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "[DONE]"
-    events = [json.loads(line) for line in lines[:-1]]
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def test_json_tasks_are_always_schema_valid(
+    gw: RunningGateway, streamed_profile: list[dict[str, Any]]
+) -> None:
+    schemas = {
+        t: httpx.get(f"{gw.base_url}/v1/tasks/{t}").json()["output_schema"]
+        for t in ("extract_profile", "audit")
+    }
+    # PROFILES[0] ran streamed (the fixture): its final result is this test's first run.
+    runs = [("extract_profile", {"text": text}) for text in PROFILES[1:]]
+    runs += [("audit", {"answer": a, "rules": r}) for a, r in AUDITS]
+    results = [streamed_profile[-1]] + [run_task(gw, task, args=args).json() for task, args in runs]
+    assert len(results) >= 10
+    for task, result in zip(["extract_profile"] + [t for t, _ in runs], results, strict=True):
+        assert result["object"] == "task.result" and result["task_type"] == task
+        assert result["finish_reason"] == "stop", result
+        jsonschema.validate(result["output"], schemas[task])
+        assert isinstance(result["thinking"], str)
+        assert "<" not in json.dumps(result["output"])[:1]  # the tag never leaks into output
+
+
+def test_streamed_task_tells_thinking_from_output(streamed_profile: list[dict[str, Any]]) -> None:
+    events = streamed_profile
     kinds = [e["type"] for e in events]
     assert kinds[-1] == "task.result"
     assert "thinking.delta" in kinds and "output.delta" in kinds
@@ -300,15 +312,6 @@ def test_unsupported_schema_keywords_are_a_400_naming_them(gw: RunningGateway) -
     assert refused.value.body["param"] == "response_format"  # type: ignore[index]
 
 
-def test_a_task_tier_that_is_missing_falls_back_to_the_default(tmp_path: Path) -> None:
-    folder = tmp_path / "tasks"
-    folder.mkdir()
-    (folder / "elsewhere.toml").write_text(
-        'tier = "no-such-tier"\n[templates]\nstatic = "Say hi."\n'
-    )
-    gateway = start_gateway(tmp_path / "gw", {"task_folders": [str(folder)]})
-    try:
-        info = httpx.get(f"{gateway.base_url}/v1/tasks/elsewhere").json()
-        assert info["tier"] == "default"
-    finally:
-        gateway.stop()
+def test_a_task_tier_that_is_missing_falls_back_to_the_default(gw: RunningGateway) -> None:
+    info = httpx.get(f"{gw.base_url}/v1/tasks/elsewhere").json()
+    assert info["tier"] == "default"

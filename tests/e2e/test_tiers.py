@@ -47,6 +47,8 @@ def tiers_config(upstream_url: str, **extra: Any) -> dict[str, Any]:
             "fast": {"kind": "mlx", "model": MODEL},
             "base": {"kind": "mlx", "model": GEMMA},
             "big": {"kind": "openai", "base_url": upstream_url, "model": "default_model"},
+            # mlx_lm.server answers 404 for a model it cannot find (it has no hub here).
+            "wrong": {"kind": "openai", "base_url": upstream_url, "model": "no/such-model"},
         },
         **extra,
     }
@@ -176,25 +178,13 @@ def test_mixed_load_over_two_local_tiers_keeps_one_job_in_the_slot(gw: RunningGa
 # -- an upstream that fails ----------------------------------------------------------------
 
 
-def test_the_upstreams_own_4xx_is_passed_through(tmp_path: Path, upstream: RunningUpstream) -> None:
-    gateway = start_gateway(
-        tmp_path / "gw",
-        {
-            "tiers": {
-                # mlx_lm.server answers 404 for a model it cannot find (it has no hub here).
-                "wrong": {"kind": "openai", "base_url": upstream.base_url, "model": "no/such-model"}
-            }
-        },
-    )
-    try:
-        with pytest.raises(openai.NotFoundError) as refused:
-            gateway.openai().chat.completions.create(
-                model="wrong", messages=[{"role": "user", "content": "Hi"}], max_tokens=4
-            )
-        assert "upstream" in refused.value.message
-        assert gateway.http().get("/health").status_code == 200
-    finally:
-        gateway.stop()
+def test_the_upstreams_own_4xx_is_passed_through(gw: RunningGateway) -> None:
+    with pytest.raises(openai.NotFoundError) as refused:
+        gw.openai().chat.completions.create(
+            model="wrong", messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+        )
+    assert "upstream" in refused.value.message
+    assert gw.http().get("/health").status_code == 200
 
 
 @pytest.fixture
@@ -317,7 +307,7 @@ def test_budget_for_one_model_keep_alive_unloads_and_reloads(tmp_path: Path) -> 
     sizes = [model_bytes(model_folder(m)) for m in (MODEL, GEMMA)]
     small, large = sorted(s.float32 if form == "float32" else s.quantized for s in sizes)
     budget = large + small // 2  # room for either model, never both
-    keep_alive = 3.0
+    keep_alive = 2.0
     gateway = start_gateway(
         tmp_path / "gw",
         {
