@@ -157,6 +157,10 @@ def test_a_busy_node_hands_requests_to_a_peer(nodes: Nodes, alone: str) -> None:
 def test_a_peer_killed_mid_stream_is_replaced_without_a_seam(nodes: Nodes, alone: str) -> None:
     reference = alone  # 40 tokens: C is killed after 4 or 7, A computes the other 33-36
     for run in range(2):  # (20 of 20 such runs: ops/check_peer_failover.py)
+        # A must see C's seat free (its heartbeat may still report work of the test before).
+        wait_until(
+            lambda: all(p["state"] == "up" and not p["busy"] for p in health(nodes.a)["peers"])
+        )
         # B is kept busy, so A's ticket goes to C, which is killed after a few tokens.
         with Busy(nodes.a, 300) as busy_a, Busy(nodes.b, 300):
             client = nodes.a.openai(timeout=300)
