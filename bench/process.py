@@ -166,6 +166,27 @@ def start_gateway(
     return gateway
 
 
+def start_gateways_together(*starts: Callable[[], RunningGateway]) -> list[RunningGateway]:
+    """Run each ``start`` (a ``start_gateway`` call) at once and wait for all: their imports
+    and model loads overlap. If one fails, the others that started are stopped."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(starts)) as pool:
+        futures = [pool.submit(start) for start in starts]
+    started: list[RunningGateway] = []
+    failure: BaseException | None = None
+    for future in futures:
+        try:
+            started.append(future.result())
+        except BaseException as exc:  # re-raised below, after the others are stopped
+            failure = failure or exc
+    if failure is not None:
+        for gateway in started:
+            gateway.stop()
+        raise failure
+    return started
+
+
 def _wait_until_answering(
     process: subprocess.Popen[bytes],
     url: str,

@@ -29,7 +29,7 @@ import httpx
 import pytest
 from zeroconf import IPVersion, ServiceInfo, Zeroconf
 
-from bench.process import RunningGateway, start_gateway
+from bench.process import RunningGateway, start_gateway, start_gateways_together
 from gateway.peers.adverts import SERVICE_TYPE, txt_record
 from tests.e2e.test_peers import Busy, greedy, health, wait_until
 
@@ -92,12 +92,10 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
             "(test_in_a_network_namespace_... runs them where it can)"
         )
     workdir = Path(tmp_path_factory.mktemp("discovery"))
-    a = start_gateway(workdir / "a", discovering("A"))
-    try:
-        b = start_gateway(workdir / "b", discovering("B"))
-    except BaseException:
-        a.stop()
-        raise
+    a, b = start_gateways_together(
+        lambda: start_gateway(workdir / "a", discovering("A")),
+        lambda: start_gateway(workdir / "b", discovering("B")),
+    )
     yield Pair(a, b)
     a.stop()
     b.stop()

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.process import RunningGateway, start_gateway
+from bench.process import RunningGateway, free_port, start_gateway, start_gateways_together
 from gateway.peers.signing import sign
 
 SECRET = "loopback-peer-secret-0123456789"
@@ -45,9 +45,14 @@ def peer_config(node_id: str, nodes: list[str] | None = None) -> dict[str, objec
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
     workdir = Path(tmp_path_factory.mktemp("peers"))
-    b = start_gateway(workdir / "b", peer_config("B"))
-    c = start_gateway(workdir / "c", peer_config("C"))
-    a = start_gateway(workdir / "a", peer_config("A", [b.base_url, c.base_url]))
+    # All three start at once: A's heartbeats find B and C once they answer.
+    b_port, c_port = free_port(), free_port()
+    urls = [f"http://127.0.0.1:{port}" for port in (b_port, c_port)]
+    a, b, c = start_gateways_together(
+        lambda: start_gateway(workdir / "a", peer_config("A", urls)),
+        lambda: start_gateway(workdir / "b", peer_config("B"), port=b_port),
+        lambda: start_gateway(workdir / "c", peer_config("C"), port=c_port),
+    )
     running = Nodes(a, b, c, workdir)
     wait_until(lambda: all(p["state"] == "up" for p in health(a)["peers"]))
     yield running
