@@ -15,7 +15,6 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from gateway.engines.stops import partial_suffix
 from gateway.seam.tool_format import HERMES, HermesFormat, MistralFormat, ToolFormat
 
 _HEAD = re.compile(r'\s*\{"name":\s*"((?:[^"\\]|\\.)*)",\s*"arguments":\s*')
@@ -63,8 +62,9 @@ class ToolCallParser:
     id_prefix: str = "call_"
     calls: list[ToolCall] = field(default_factory=list)
     fmt: HermesFormat = HERMES
-    _state: str = "decide"  # decide -> text | head -> arguments -> between -> head ...
+    _state: str = "decide"  # decide -> text | head -> arguments -> closing -> between -> head ...
     _pending: str = ""
+    _scan: _JSONEnd | None = None
 
     def __post_init__(self) -> None:
         self._open = self.fmt.open.text
@@ -96,23 +96,33 @@ class ToolCallParser:
                 self.calls.append(call)
                 pieces.append(CallStart(len(self.calls) - 1, call.id, call.name))
                 self._pending = self._pending[match.end() :]
+                self._scan = _JSONEnd()
                 self._state = "arguments"
             elif self._state == "arguments":
+                # Where the arguments end is found by following their JSON (outside strings):
+                # a string may hold anything, the closing tag too (a small model, made to go
+                # on inside a string, was seen to write "}</tool_call>" there).
+                assert self._scan is not None
                 if not self.calls[-1].arguments:  # the space after "arguments":
                     self._pending = self._pending.lstrip()
                     if not self._pending:
                         break
-                end = self._pending.find(self._end)
-                if end >= 0:
-                    self._arguments(pieces, self._pending[:end])
-                    self.calls[-1].complete = True
-                    self._pending = self._pending[end + len(self._end) :]
-                    self._state = "between"
-                    continue
-                keep = partial_suffix(self._pending, self._end)
-                self._arguments(pieces, self._pending[: len(self._pending) - keep])
-                self._pending = self._pending[len(self._pending) - keep :]
-                break
+                end = self._scan.feed(self._pending)
+                cut = len(self._pending) if end is None else end
+                self._arguments(pieces, self._pending[:cut])
+                self._pending = self._pending[cut:]
+                if end is None:
+                    break
+                self.calls[-1].complete = True
+                self._state = "closing"
+            elif self._state == "closing":  # the call's own "}", then the closing tag
+                stripped = self._pending.lstrip(" ")
+                if len(stripped) < len(self._end) and self._end.startswith(stripped):
+                    break  # the tag is still being written
+                self._pending = (
+                    stripped[len(self._end) :] if stripped.startswith(self._end) else stripped
+                )
+                self._state = "between"
             else:  # between calls: a newline, then the next call's opening tag
                 stripped = self._pending.lstrip("\n")
                 if len(stripped) < len(self._open) and self._open.startswith(stripped):

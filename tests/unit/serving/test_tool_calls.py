@@ -50,6 +50,28 @@ def test_calls_split_anywhere_give_the_same_calls() -> None:
         assert not [p for p in pieces if isinstance(p, TextPiece)]
 
 
+def test_a_closing_tag_inside_an_argument_string_does_not_end_the_call() -> None:
+    # Seen on SmolLM2 (greedy, a cached prefix): made to go on inside a string, it wrote the
+    # call's end there; the arguments are the JSON object, whatever its strings hold.
+    arguments = '{"city": ".8**}</tool_call>\\"}</tool_call>x"}'
+    text = call_text("get_weather", arguments) + "\n" + call_text("f_2", '{"a": 1}')
+    for size in (1, 2, 3, 7, 1000):
+        parser, pieces = feed_in_pieces(text, size)
+        assert [(c.name, c.arguments, c.complete) for c in parser.calls] == [
+            ("get_weather", arguments, True),
+            ("f_2", '{"a": 1}', True),
+        ]
+        assert json.loads(parser.calls[0].arguments)["city"].startswith(".8**}</tool_call>")
+        assert not [p for p in pieces if isinstance(p, TextPiece)]
+
+
+def test_arguments_that_closed_before_max_tokens_cut_the_tag_are_complete() -> None:
+    text = call_text("get_weather", '{"city": "Paris"}')[: -len("</tool_call>") + 2]
+    parser, _ = feed_in_pieces(text, 3)
+    (call,) = parser.calls
+    assert call.complete and json.loads(call.arguments) == {"city": "Paris"}
+
+
 def test_a_call_cut_by_max_tokens_is_incomplete() -> None:
     text = call_text("get_weather", '{"city": "Par')[: -len('"}}</tool_call>') + 3]
     parser, pieces = feed_in_pieces(text, 4)
