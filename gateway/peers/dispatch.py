@@ -112,8 +112,19 @@ class Dispatcher:
         ticket = Ticket(ticket_id=request.id, task_type=spec.task_type, stream=True, args=spec.args)
         sent_at = time.perf_counter()
         received: list[int] = []
-        started = finished = False
+        started = finished = seat_freed = False
         outcome = "cancelled"
+
+        def free_seat() -> None:
+            # As soon as the peer is done with it, not when this generator is closed: a
+            # consumer that stops at Finished leaves it open until it is collected, and the
+            # seat looked taken until then (a later request then stayed here).
+            nonlocal seat_freed
+            if not seat_freed:
+                seat_freed = True
+                node.in_flight -= 1
+                self.peers.changed.set()
+
         try:
             async for event in self.peers.ticket_events(node, ticket):
                 if event.type == "started":
@@ -133,6 +144,7 @@ class Dispatcher:
                     usage = event.usage
                     finished = True
                     outcome = "ok"
+                    free_seat()
                     yield Finished(
                         event.finish_reason,
                         len(request.prompt.tokens or ()) or usage.prompt_tokens,
@@ -152,12 +164,12 @@ class Dispatcher:
             log.warning(
                 "ticket %s: %s; finishing it here after %d tokens", request.id, exc, len(received)
             )
+            free_seat()  # the peer is gone: its seat is not what the rest waits for
             async for rest in continued(local, request, tuple(received)):
                 yield rest
             finished = True
         finally:
-            node.in_flight -= 1
-            self.peers.changed.set()
+            free_seat()
             if outcome != "refused":
                 self.metrics.peer_tickets_sent.labels(node.url, outcome).inc()
                 if finished:

@@ -73,11 +73,15 @@ def wait_until(condition: object, timeout: float = 20.0) -> None:
 
 class Busy:
     """A long streamed user generation that keeps a node's slot taken (user jobs are not
-    preempted) until the block ends, when the stream is dropped (which frees the slot)."""
+    preempted) until the block ends, when the stream is dropped (which frees the slot).
+    Entered once its first token arrived from that node itself: the slot is this stream's,
+    not what an earlier test left there."""
 
     def __init__(self, node: RunningGateway, max_tokens: int = 400) -> None:
         self.node = node
         self.stop = threading.Event()
+        self.streaming = threading.Event()
+        self.peer: str | None = None
         body = {
             "model": MODEL,
             "messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
@@ -90,16 +94,20 @@ class Busy:
             with httpx.stream(
                 "POST", f"{node.base_url}/v1/chat/completions", json=body, timeout=300
             ) as response:
-                for _ in response.iter_lines():
+                self.peer = response.headers.get("x-gateway-peer")
+                for line in response.iter_lines():
+                    if '"content":"' in line:
+                        self.streaming.set()
                     if self.stop.is_set():
                         return
 
-        self.thread = threading.Thread(target=run)
+        self.thread = threading.Thread(target=run, daemon=True)
 
     def __enter__(self) -> Busy:
         self.thread.start()
-        wait_until(lambda: self.node.scheduler()["slot"] is not None)
-        time.sleep(0.3)
+        assert self.streaming.wait(60), "the busy stream never started"
+        assert self.peer is None, f"the busy stream went to {self.peer}"
+        assert self.node.scheduler()["slot"] is not None
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -164,7 +172,10 @@ def test_a_peer_killed_mid_stream_is_replaced_without_a_seam(nodes: Nodes, alone
     for run in range(2):  # (20 of 20 such runs: ops/check_peer_failover.py)
         # A must see C's seat free (its heartbeat may still report work of the test before).
         wait_until(
-            lambda: all(p["state"] == "up" and not p["busy"] for p in health(nodes.a)["peers"])
+            lambda: all(
+                p["state"] == "up" and not p["busy"] and p["in_flight"] == 0
+                for p in health(nodes.a)["peers"]
+            )
         )
         # B is kept busy, so A's ticket goes to C, which is killed after a few tokens.
         with Busy(nodes.a, 300) as busy_a, Busy(nodes.b, 300):

@@ -117,3 +117,33 @@ async def test_a_peer_that_dies_is_finished_here_from_its_token_ids() -> None:
     ]
     assert "".join(e.text for e in events if isinstance(e, TokenEvent)) == "Hello rest"
     assert events[-1] == Finished("stop", 3, 3)
+
+
+async def test_the_peers_seat_is_free_once_it_finished_even_if_nobody_closes_the_stream() -> None:
+    # A consumer that stops at Finished (without closing the generator) must not leave the
+    # peer's seat looking taken: the next request would stay here.
+    local, peers = FakeLocal(), FakePeers(PEER_EVENTS)
+    dispatcher = Dispatcher(peers, FakeScheduler(busy=True), GatewayMetrics())  # type: ignore[arg-type]
+    events = dispatcher.generate(SPEC, REQUEST, local)  # type: ignore[arg-type]
+    async for event in events:
+        if isinstance(event, Finished):
+            break
+    assert peers.node.in_flight == 0
+    await events.aclose()
+    assert peers.node.in_flight == 0  # freed once, not twice
+
+
+async def test_a_dead_peers_seat_is_freed_before_the_rest_is_computed_here() -> None:
+    local, peers = FakeLocal(), FakePeers(PEER_EVENTS, fail_after=3)
+    dispatcher = Dispatcher(peers, FakeScheduler(busy=True), GatewayMetrics())  # type: ignore[arg-type]
+    seats_during_the_rest: list[int] = []
+    original = local.generate
+
+    async def watched(request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
+        seats_during_the_rest.append(peers.node.in_flight)
+        async for event in original(request):
+            yield event
+
+    local.generate = watched  # type: ignore[method-assign]
+    await collect(dispatcher, local)
+    assert seats_during_the_rest == [0] and peers.node.in_flight == 0
