@@ -1,0 +1,99 @@
+"""A background task sent right after its typing hint vs the same task without a hint.
+
+An editor (or any client) posts a hint naming a task type and its arguments, then sends the
+task: the hint prefills the prompt, and the task should start at once. Each run uses a new
+conversation for each variant, so only its own hint can warm it; between the variants the
+gateway is left quiet for longer than ``typing_quiet_seconds``, so one variant's typing
+cannot hold the other. With ``--baseline``, another version's gateway answers the same runs
+(one after the other, each alone on the machine). The first run is the discarded warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.process import RunningGateway, baseline_env, start_gateway
+from bench.stats import Summary, ratio, table, write_json
+
+TASK = "title"  # a background task type with a short answer (max_tokens 24)
+QUIET_SECONDS = 2.5  # longer than the default typing_quiet_seconds (2)
+
+
+def _conversation(variant: str, index: int) -> str:
+    return (
+        f"User: we are planning trip number {index} ({variant}); which harbour towns in "
+        "Portugal should we visit?\nAssistant: Porto, Nazaré and Lagos are worth a stop."
+    )
+
+
+def _task_seconds(client: httpx.Client, conversation: str, hinted: bool) -> tuple[float, int]:
+    args = {"conversation": conversation}
+    started = time.perf_counter()
+    if hinted:
+        hint = client.post("/v1/typing", json={"task": {"type": TASK, "args": args}})
+        hint.raise_for_status()
+    result = client.post(f"/v1/tasks/{TASK}", json={"args": args})
+    result.raise_for_status()
+    seconds = time.perf_counter() - started
+    return seconds, int(result.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+
+def _measure(gateway: RunningGateway, runs: int, label: str) -> dict[str, list[float]]:
+    measured: dict[str, list[float]] = {"hinted": [], "plain": [], "hinted cached tokens": []}
+    with httpx.Client(base_url=gateway.base_url, timeout=120) as client:
+        for index in range(runs + 1):
+            for variant in ("hinted", "plain"):
+                time.sleep(QUIET_SECONDS)
+                seconds, cached = _task_seconds(
+                    client, _conversation(f"{label} {variant}", index), variant == "hinted"
+                )
+                measured[variant].append(seconds)
+                if variant == "hinted":
+                    measured["hinted cached tokens"].append(cached)
+    return {name: values[1:] for name, values in measured.items()}  # the warm-up dropped
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-task-hint-"))
+    versions = {
+        "gateway": {},
+        **({"baseline": baseline_env(args.baseline)} if args.baseline else {}),
+    }
+    results: dict[str, dict[str, list[float]]] = {}
+    for name, env in versions.items():
+        gateway = start_gateway(workdir / name, extra_env=env, cwd=workdir if env else None)
+        try:
+            results[name] = _measure(gateway, args.runs, name)
+        finally:
+            gateway.stop()
+    rows: list[tuple[str, str, Summary]] = []
+    summary: dict[str, Any] = {}
+    hinted_of: dict[str, Summary] = {}
+    for name, measured in results.items():
+        hinted, plain = Summary.of(measured["hinted"]), Summary.of(measured["plain"])
+        hinted_of[name] = hinted
+        rows += [
+            (f"{TASK} task latency (s)", f"{name}: hint, then task", hinted),
+            (f"{TASK} task latency (s)", f"{name}: task alone", plain),
+        ]
+        summary[name] = {
+            "hinted": hinted.as_dict(),
+            "plain": plain.as_dict(),
+            "hinted_over_plain": ratio(hinted, plain),
+            "hinted_cached_tokens": measured["hinted cached tokens"],
+        }
+    print(table(rows))
+    if "baseline" in hinted_of:
+        summary["hinted_gateway_over_baseline"] = ratio(hinted_of["gateway"], hinted_of["baseline"])
+    return {"benchmark": "task-hint", "runs": args.runs, **summary}
+
+
+def main(args: argparse.Namespace) -> int:
+    write_json(args.json, run(args))
+    return 0
