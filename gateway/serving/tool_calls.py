@@ -56,23 +56,60 @@ def new_call_id(prefix: str = "call_") -> str:
 
 
 @dataclass
-class ToolCallParser:
-    """Feed the reply's text; take the pieces. ``calls`` holds every call seen."""
+class _CallsParser:
+    """What both formats' parsers share: the calls seen, and a call's arguments followed as
+    JSON while they stream."""
 
     id_prefix: str = "call_"
     calls: list[ToolCall] = field(default_factory=list)
-    fmt: HermesFormat = HERMES
-    _state: str = "decide"  # decide -> text | head -> arguments -> closing -> between -> head ...
     _pending: str = ""
     _scan: _JSONEnd | None = None
-
-    def __post_init__(self) -> None:
-        self._open = self.fmt.open.text
-        self._end = "}" + self.fmt.inner + self.fmt.close.text
 
     @property
     def is_calling(self) -> bool:
         return bool(self.calls)
+
+    def _start_call(self, pieces: list[ReplyPiece], name: str) -> None:
+        call = ToolCall(new_call_id(self.id_prefix), name)
+        self.calls.append(call)
+        pieces.append(CallStart(len(self.calls) - 1, call.id, call.name))
+        self._scan = _JSONEnd()
+
+    def _take_arguments(self, pieces: list[ReplyPiece]) -> bool:
+        """Hand on the pending arguments; True once their JSON value closed (the call is
+        complete). Where they end is found by following the JSON (outside strings): a
+        string may hold anything, a closing tag too (a small model, made to go on inside a
+        string, was seen to write "}</tool_call>" there)."""
+        assert self._scan is not None
+        if not self.calls[-1].arguments:  # the space after "arguments":
+            self._pending = self._pending.lstrip()
+            if not self._pending:
+                return False
+        end = self._scan.feed(self._pending)
+        cut = len(self._pending) if end is None else end
+        self._arguments(pieces, self._pending[:cut])
+        self._pending = self._pending[cut:]
+        if end is None:
+            return False
+        self.calls[-1].complete = True
+        return True
+
+    def _arguments(self, pieces: list[ReplyPiece], fragment: str) -> None:
+        if fragment:
+            self.calls[-1].arguments += fragment
+            pieces.append(CallArguments(len(self.calls) - 1, fragment))
+
+
+@dataclass
+class ToolCallParser(_CallsParser):
+    """Feed the reply's text; take the pieces. ``calls`` holds every call seen."""
+
+    fmt: HermesFormat = HERMES
+    _state: str = "decide"  # decide -> text | head -> arguments -> closing -> between -> head ...
+
+    def __post_init__(self) -> None:
+        self._open = self.fmt.open.text
+        self._end = "}" + self.fmt.inner + self.fmt.close.text
 
     def feed(self, text: str) -> list[ReplyPiece]:
         pieces: list[ReplyPiece] = []
@@ -92,28 +129,12 @@ class ToolCallParser:
                 match = _HEAD.match(self._pending)
                 if match is None:
                     break  # the name is still being written
-                call = ToolCall(new_call_id(self.id_prefix), _unescape(match.group(1)))
-                self.calls.append(call)
-                pieces.append(CallStart(len(self.calls) - 1, call.id, call.name))
+                self._start_call(pieces, _unescape(match.group(1)))
                 self._pending = self._pending[match.end() :]
-                self._scan = _JSONEnd()
                 self._state = "arguments"
             elif self._state == "arguments":
-                # Where the arguments end is found by following their JSON (outside strings):
-                # a string may hold anything, the closing tag too (a small model, made to go
-                # on inside a string, was seen to write "}</tool_call>" there).
-                assert self._scan is not None
-                if not self.calls[-1].arguments:  # the space after "arguments":
-                    self._pending = self._pending.lstrip()
-                    if not self._pending:
-                        break
-                end = self._scan.feed(self._pending)
-                cut = len(self._pending) if end is None else end
-                self._arguments(pieces, self._pending[:cut])
-                self._pending = self._pending[cut:]
-                if end is None:
+                if not self._take_arguments(pieces):
                     break
-                self.calls[-1].complete = True
                 self._state = "closing"
             elif self._state == "closing":  # the call's own "}", then the closing tag
                 stripped = self._pending.lstrip(" ")
@@ -145,28 +166,14 @@ class ToolCallParser:
             return pieces
         return []
 
-    def _arguments(self, pieces: list[ReplyPiece], fragment: str) -> None:
-        if fragment:
-            self.calls[-1].arguments += fragment
-            pieces.append(CallArguments(len(self.calls) - 1, fragment))
-
 
 @dataclass
-class MistralCallParser:
+class MistralCallParser(_CallsParser):
     """The Mistral format: ``[TOOL_CALLS]`` then a JSON list of ``{"name", "arguments"}``
-    objects. Where a call's arguments end is found by following the JSON's nesting (outside
-    strings), since no closing tag follows them."""
+    objects (no closing tag follows a call's arguments)."""
 
-    id_prefix: str = "call_"
-    calls: list[ToolCall] = field(default_factory=list)
     fmt: MistralFormat = field(default_factory=MistralFormat)
     _state: str = "decide"  # decide -> text | list -> head -> arguments -> after -> head | done
-    _pending: str = ""
-    _scan: _JSONEnd | None = None
-
-    @property
-    def is_calling(self) -> bool:
-        return bool(self.calls)
 
     def feed(self, text: str) -> list[ReplyPiece]:
         pieces: list[ReplyPiece] = []
@@ -195,25 +202,12 @@ class MistralCallParser:
                 match = _HEAD.match(self._pending)
                 if match is None:
                     break
-                call = ToolCall(new_call_id(self.id_prefix), _unescape(match.group(1)))
-                self.calls.append(call)
-                pieces.append(CallStart(len(self.calls) - 1, call.id, call.name))
+                self._start_call(pieces, _unescape(match.group(1)))
                 self._pending = self._pending[match.end() :]
-                self._scan = _JSONEnd()
                 self._state = "arguments"
             elif self._state == "arguments":
-                assert self._scan is not None
-                if not self.calls[-1].arguments:  # the space after "arguments":
-                    self._pending = self._pending.lstrip()
-                    if not self._pending:
-                        break
-                end = self._scan.feed(self._pending)
-                cut = len(self._pending) if end is None else end
-                self._arguments(pieces, self._pending[:cut])
-                self._pending = self._pending[cut:]
-                if end is None:
+                if not self._take_arguments(pieces):
                     break
-                self.calls[-1].complete = True
                 self._state = "after"
             elif self._state == "after":  # the call's "}", then ", " and the next, or "]"
                 stripped = self._pending.lstrip()
@@ -234,11 +228,6 @@ class MistralCallParser:
         if rest and self._state in ("decide", "text"):
             return [TextPiece(rest)]
         return []
-
-    def _arguments(self, pieces: list[ReplyPiece], fragment: str) -> None:
-        if fragment:
-            self.calls[-1].arguments += fragment
-            pieces.append(CallArguments(len(self.calls) - 1, fragment))
 
 
 class _JSONEnd:
