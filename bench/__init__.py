@@ -44,9 +44,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", help="also write the JSON result to this file")
     parser.add_argument(
         "--baseline",
-        help="chat, ceiling, priority, task-hint: the source folder of another version of the gateway (a git "
-        "worktree of an earlier commit), served alongside this one in the same runs, for "
-        "before/after",
+        help="chat, ceiling, priority, task-hint: the source folder of another version of the "
+        "gateway (a git worktree of an earlier commit), served alongside this one in the same "
+        "runs, for before/after",
     )
     parser.add_argument(
         "--model-folder",

@@ -4,8 +4,9 @@ An editor (or any client) posts a hint naming a task type and its arguments, the
 task: the hint prefills the prompt, and the task should start at once. Each run uses a new
 conversation for each variant, so only its own hint can warm it; between the variants the
 gateway is left quiet for longer than ``typing_quiet_seconds``, so one variant's typing
-cannot hold the other. With ``--baseline``, another version's gateway answers the same runs
-(one after the other, each alone on the machine). The first run is the discarded warm-up.
+cannot hold the other. With ``--baseline``, another version's gateway answers the same runs,
+interleaved with this one's (an idle gateway costs the other nothing measurable). The first
+run is the discarded warm-up.
 """
 
 from __future__ import annotations
@@ -44,19 +45,32 @@ def _task_seconds(client: httpx.Client, conversation: str, hinted: bool) -> tupl
     return seconds, int(result.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
 
 
-def _measure(gateway: RunningGateway, runs: int, label: str) -> dict[str, list[float]]:
-    measured: dict[str, list[float]] = {"hinted": [], "plain": [], "hinted cached tokens": []}
-    with httpx.Client(base_url=gateway.base_url, timeout=120) as client:
+def _measure(gateways: dict[str, RunningGateway], runs: int) -> dict[str, dict[str, list[float]]]:
+    """Each run: every version, each variant, in turn (the first run is dropped)."""
+    measured: dict[str, dict[str, list[float]]] = {
+        name: {"hinted": [], "plain": [], "hinted cached tokens": []} for name in gateways
+    }
+    clients = {
+        name: httpx.Client(base_url=gateway.base_url, timeout=120)
+        for name, gateway in gateways.items()
+    }
+    try:
         for index in range(runs + 1):
-            for variant in ("hinted", "plain"):
-                time.sleep(QUIET_SECONDS)
-                seconds, cached = _task_seconds(
-                    client, _conversation(f"{label} {variant}", index), variant == "hinted"
-                )
-                measured[variant].append(seconds)
-                if variant == "hinted":
-                    measured["hinted cached tokens"].append(cached)
-    return {name: values[1:] for name, values in measured.items()}  # the warm-up dropped
+            for name, client in clients.items():
+                for variant in ("hinted", "plain"):
+                    time.sleep(QUIET_SECONDS)
+                    seconds, cached = _task_seconds(
+                        client, _conversation(f"{name} {variant}", index), variant == "hinted"
+                    )
+                    measured[name][variant].append(float(seconds))
+                    if variant == "hinted":
+                        measured[name]["hinted cached tokens"].append(float(cached))
+    finally:
+        for client in clients.values():
+            client.close()
+    return {
+        name: {key: values[1:] for key, values in rows.items()} for name, rows in measured.items()
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -65,12 +79,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "gateway": {},
         **({"baseline": baseline_env(args.baseline)} if args.baseline else {}),
     }
-    results: dict[str, dict[str, list[float]]] = {}
-    for name, env in versions.items():
-        gateway = start_gateway(workdir / name, extra_env=env, cwd=workdir if env else None)
-        try:
-            results[name] = _measure(gateway, args.runs, name)
-        finally:
+    gateways: dict[str, RunningGateway] = {}
+    try:
+        for name, env in versions.items():
+            gateways[name] = start_gateway(
+                workdir / name, extra_env=env, cwd=workdir if env else None
+            )
+        results = _measure(gateways, args.runs)
+    finally:
+        for gateway in gateways.values():
             gateway.stop()
     rows: list[tuple[str, str, Summary]] = []
     summary: dict[str, Any] = {}
@@ -86,7 +103,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "hinted": hinted.as_dict(),
             "plain": plain.as_dict(),
             "hinted_over_plain": ratio(hinted, plain),
-            "hinted_cached_tokens": measured["hinted cached tokens"],
+            "hinted_cached_tokens": [int(t) for t in measured["hinted cached tokens"]],
         }
     print(table(rows))
     if "baseline" in hinted_of:

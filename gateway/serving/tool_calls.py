@@ -253,6 +253,8 @@ class _JSONEnd:
             elif char in "{[":
                 self.depth += 1
             elif char in "}]":
+                if self.depth == 0:  # a scalar value (a string, a number) ended before this
+                    return index
                 self.depth -= 1
                 if self.depth == 0:
                     return index + 1

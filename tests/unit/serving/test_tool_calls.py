@@ -142,3 +142,13 @@ def test_mistral_text_without_the_control_token_is_text() -> None:
     pieces = parser.feed("[TOOL") + parser.feed("S] are") + parser.finish()
     assert "".join(p.text for p in pieces if isinstance(p, TextPiece)) == "[TOOLS] are"
     assert not parser.calls
+
+
+def test_a_scalar_argument_value_ends_before_the_calls_brace() -> None:
+    # Arguments are an object under the grammar; a value that is not (a string) still ends
+    # where it does, and the call's own closing follows.
+    text = call_text("echo", '"hello }</tool_call> world"')
+    parser, pieces = feed_in_pieces(text, 2)
+    (call,) = parser.calls
+    assert (call.arguments, call.complete) == ('"hello }</tool_call> world"', True)
+    assert not [p for p in pieces if isinstance(p, TextPiece)]
