@@ -347,7 +347,11 @@ class MessageDelta(BaseModel):
 
 
 class MessageDeltaUsage(BaseModel):
+    """The final usage: a stream that opened before its prompt was counted says it here."""
+
     output_tokens: int
+    input_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
 
 
 class MessageDeltaEvent(BaseModel):

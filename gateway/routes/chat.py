@@ -11,6 +11,7 @@ from litestar.params import JSONBody
 from gateway.protocol.openai import ChatCompletionRequest
 from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
 from gateway.routes.errors import ERROR_RESPONSES
+from gateway.routes.opening import begin_within_grace, opened, ready
 from gateway.routes.params import PriorityHeader
 from gateway.routes.sse import ServerSentEvents
 from gateway.serving.chat import ChatRun
@@ -40,12 +41,18 @@ class ChatController(Controller):
         x_gateway_priority: PriorityHeader = None,
     ) -> Response[Any]:
         chat = openai_chat
-        prepared = await chat.prepare(data, x_gateway_priority)
         try:
+            if data.stream:
+                head = chat.head(data)
+                begun = await begin_within_grace(
+                    request, chat.begin(data, x_gateway_priority, head)
+                )
+                headers = served_by(ready(begun))
+                stream = opened(chat.opening(head), begun, chat.rest, chat.abandon)
+                return ServerSentEvents(stream, headers=headers)
+            prepared = await chat.prepare(data, x_gateway_priority)
             run = await unless_disconnected(request, chat.start(prepared))
             headers = served_by(run)
-            if data.stream:
-                return ServerSentEvents(chat.stream(run), headers=headers)
             completion = await unless_disconnected(request, chat.complete(run))
         except ClientDisconnected:
             # Nobody is listening any more; 499 is what nginx logs for this.
@@ -53,7 +60,8 @@ class ChatController(Controller):
         return Response(completion, headers=headers)
 
 
-def served_by(run: ChatRun) -> dict[str, str]:
-    """``X-Gateway-Peer``: the peer that computed the answer (none: this node did)."""
-    node = run.started.node
+def served_by(run: ChatRun | None) -> dict[str, str]:
+    """``X-Gateway-Peer``: the peer that computed the answer (none: this node did, or a
+    stream opened before its start said)."""
+    node = run.started.node if run is not None else None
     return {"X-Gateway-Peer": node} if node else {}

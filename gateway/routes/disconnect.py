@@ -15,7 +15,7 @@ class ClientDisconnected(Exception):
     """The client closed the connection before its answer was ready."""
 
 
-async def _wait_for_disconnect(request: Request[Any, Any, Any]) -> None:
+async def wait_for_disconnect(request: Request[Any, Any, Any]) -> None:
     # The body has been read already, so the next ASGI message can only be the disconnect.
     while True:
         message = await request.receive()
@@ -26,7 +26,7 @@ async def _wait_for_disconnect(request: Request[Any, Any, Any]) -> None:
 async def unless_disconnected(request: Request[Any, Any, Any], work: Awaitable[T]) -> T:
     """Await ``work``; if the client leaves first, cancel it and raise ClientDisconnected."""
     task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    watcher = asyncio.ensure_future(wait_for_disconnect(request))
     try:
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -15,6 +15,7 @@ from litestar.params import JSONBody
 from gateway.protocol.anthropic import CountTokensRequest, CountTokensResponse, MessagesRequest
 from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
 from gateway.routes.errors import ANTHROPIC_ERROR_RESPONSES
+from gateway.routes.opening import begin_within_grace, opened, ready
 from gateway.routes.sse import ServerSentEvents
 from gateway.serving.anthropic import AnthropicMessages
 
@@ -42,11 +43,15 @@ class MessagesController(Controller):
         data: JSONBody[MessagesRequest],
         anthropic: NamedDependency[AnthropicMessages],
     ) -> Response[Any]:
-        prepared = await anthropic.prepare(data)
         try:
-            run = await unless_disconnected(request, anthropic.start(prepared))
             if data.stream:
-                return ServerSentEvents(anthropic.stream(run), dialect="anthropic")
+                head = anthropic.head(data)
+                begun = await begin_within_grace(request, anthropic.begin(data, head))
+                opening = anthropic.opening(head, ready(begun))
+                stream = opened(opening, begun, anthropic.rest, anthropic.abandon)
+                return ServerSentEvents(stream, dialect="anthropic")
+            prepared = await anthropic.prepare(data)
+            run = await unless_disconnected(request, anthropic.start(prepared))
             message = await unless_disconnected(request, anthropic.complete(run))
         except ClientDisconnected:
             return Response(content=None, status_code=499)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal
 
 from litestar import Controller, Request, Response, delete, get, post
@@ -13,6 +14,7 @@ from gateway.protocol.responses_events import Response as ResponseObject
 from gateway.routes.chat import served_by
 from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
 from gateway.routes.errors import ERROR_RESPONSES
+from gateway.routes.opening import begin_within_grace, opened, ready
 from gateway.routes.params import PriorityHeader
 from gateway.routes.sse import ServerSentEvents
 from gateway.serving.responses import MAX_LISTED_ITEMS, ResponsesService
@@ -44,12 +46,25 @@ class ResponsesController(Controller):
         responses: NamedDependency[ResponsesService],
         x_gateway_priority: PriorityHeader = None,
     ) -> Response[Any]:
-        prepared = await responses.prepare(data, x_gateway_priority)
         try:
+            if data.stream:
+                head = responses.head(data)
+                begun = await begin_within_grace(
+                    request, responses.begin(data, x_gateway_priority, head)
+                )
+                run = ready(begun)
+                headers = served_by(run.started if run else None)
+                stream = opened(
+                    responses.opening(data, head),
+                    begun,
+                    responses.rest,
+                    responses.abandon,
+                    functools.partial(responses.failed, data, head),
+                )
+                return ServerSentEvents(stream, "responses", headers=headers)
+            prepared = await responses.prepare(data, x_gateway_priority)
             run = await unless_disconnected(request, responses.start(prepared))
             headers = served_by(run.started)
-            if data.stream:
-                return ServerSentEvents(responses.stream(run), "responses", headers=headers)
             response = await unless_disconnected(request, responses.complete(run))
         except ClientDisconnected:
             return Response(content=None, status_code=499)

@@ -164,6 +164,16 @@ def call_text(name: str, arguments: str) -> str:
     return HERMES.call_text(name, arguments)
 
 
+def call_wrapper_chars(tools: Sequence[ToolSpec], choice: ToolChoice) -> int:
+    """The characters of every call's wrapper a reply may write (tags, name, the object
+    around the arguments, separators), whichever format: a bound on their tokens."""
+    names = [choice.name] if choice.mode == "function" and choice.name else [t.name for t in tools]
+    longest = max((len(json.dumps(name)) for name in names), default=0)
+    # Hermes with Qwen3's newlines is the longest wrapper; Mistral's list adds 3 at most.
+    one = len(HermesFormat(newline=True).call_text("", "")) + longest + 4
+    return one * (MAX_PARALLEL_CALLS if choice.parallel and choice.mode != "function" else 1)
+
+
 def tools_system_text(tools: Sequence[ToolSpec]) -> str:
     """The functions described for a template that does not know tools."""
     signatures = "\n".join(

@@ -58,7 +58,14 @@ from gateway.seam.backend import Priority, SamplingParams
 from gateway.seam.grammar import for_grammar, strict_objects
 from gateway.seam.request_parts import ChatMessage, Grammar, ToolSpec
 from gateway.seam.tool_format import ToolChoice
-from gateway.serving.chat import ChatRun, ChatService, FieldNames, PreparedChat, ToolUse
+from gateway.serving.chat import (
+    ChatRun,
+    ChatService,
+    FieldNames,
+    PreparedChat,
+    StreamHead,
+    ToolUse,
+)
 from gateway.serving.partial_json import partial_object
 from gateway.serving.reasoning import ReasoningPiece
 from gateway.serving.tool_calls import CallArguments, CallStart, TextPiece
@@ -72,7 +79,7 @@ class AnthropicMessages:
     def __init__(self, service: ChatService) -> None:
         self.service = service
 
-    async def prepare(self, request: MessagesRequest) -> PreparedChat:
+    async def prepare(self, request: MessagesRequest, chat_id: str | None = None) -> PreparedChat:
         arrived = time.perf_counter()
         tier = self.service.registry.resolve(request.model)
         return await self.service.prepare_messages(
@@ -91,7 +98,7 @@ class AnthropicMessages:
             ),
             Priority.parse(request.priority, Priority.USER),
             model_name=request.model,
-            chat_id=message_id(),
+            chat_id=chat_id or message_id(),
             session=request.session,
             arrived=arrived,
             tool_use=tool_use(request),
@@ -147,21 +154,37 @@ class AnthropicMessages:
             usage=_usage(run),
         )
 
+    def head(self, request: MessagesRequest) -> StreamHead:
+        """A stream's head, before its chat is prepared (``prepare`` takes it)."""
+        return StreamHead(message_id(), request.model)
+
+    async def begin(self, request: MessagesRequest, head: StreamHead) -> ChatRun:
+        """A stream's prepare and start, under the id its message_start already named."""
+        return await self.start(await self.prepare(request, head.id))
+
+    async def abandon(self, run: ChatRun) -> None:
+        await self.service.abandon(run)
+
+    def opening(self, head: StreamHead, run: ChatRun | None = None) -> list[BaseModel]:
+        """message_start, sent before the prefill; its usage is known only if the chat has
+        started (else the final message_delta carries it)."""
+        usage = AnthropicUsage(input_tokens=0, output_tokens=0)
+        if run is not None:
+            usage = _usage(run)
+        message = Message(id=head.id, model=head.model, content=[], stop_reason=None, usage=usage)
+        return [MessageStartEvent(message=message)]
+
     async def stream(self, run: ChatRun) -> AsyncGenerator[BaseModel, None]:
-        chat = run.chat
-        yield MessageStartEvent(
-            message=Message(
-                id=chat.id,
-                model=chat.model_name,
-                content=[],
-                stop_reason=None,
-                usage=AnthropicUsage(
-                    input_tokens=max(run.prompt_tokens - run.cached_tokens, 0),
-                    output_tokens=0,
-                    cache_read_input_tokens=run.cached_tokens,
-                ),
-            )
-        )
+        """The whole stream: message_start, then ``rest``."""
+        head = StreamHead(run.chat.id, run.chat.model_name, run.chat.created)
+        for event in self.opening(head, run):
+            yield event
+        async with aclosing(self.rest(run)) as events:
+            async for event in events:
+                yield event
+
+    async def rest(self, run: ChatRun) -> AsyncGenerator[BaseModel, None]:
+        """The stream after message_start: the content blocks, message_delta, message_stop."""
         blocks = _Blocks()
         async with aclosing(self.service.replies(run)) as steps:
             async for step in steps:
@@ -192,7 +215,11 @@ class AnthropicMessages:
             yield event
         yield MessageDeltaEvent(
             delta=MessageDelta(stop_reason=stop_reason(run), stop_sequence=_stop_sequence(run)),
-            usage=MessageDeltaUsage(output_tokens=run.completion_tokens),
+            usage=MessageDeltaUsage(
+                output_tokens=run.completion_tokens,
+                input_tokens=max(run.prompt_tokens - run.cached_tokens, 0),
+                cache_read_input_tokens=run.cached_tokens,
+            ),
         )
         yield MessageStopEvent()
 

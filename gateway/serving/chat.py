@@ -44,11 +44,18 @@ from gateway.seam.backend import (
 from gateway.seam.grammar import GrammarError, grammar_text
 from gateway.seam.reasoning import ReplyFormat, reply_grammar
 from gateway.seam.request_parts import ChatMessage, ToolSpec
-from gateway.seam.tool_format import ToolChoice
+from gateway.seam.tool_format import ToolChoice, call_wrapper_chars
 from gateway.serving.reasoning import ReasoningPiece, ReasoningSplitter
 from gateway.serving.speculation import Speculation, speculated_events
 from gateway.serving.tiers import Tier, TierRegistry
-from gateway.serving.tool_calls import ReplyPiece, TextPiece, ToolCall, ToolParser, make_tool_parser
+from gateway.serving.tool_calls import (
+    CallArguments,
+    ReplyPiece,
+    TextPiece,
+    ToolCall,
+    ToolParser,
+    make_tool_parser,
+)
 
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default
 # After the grace period, how long stopped chats get to send their last events.
@@ -147,6 +154,9 @@ class PreparedChat:
     ticket: TicketSpec | None = None
     id: str = field(default_factory=completion_id)
     created: int = field(default_factory=now)
+    # The client's max_tokens where the backend was given more: the room a tool call's
+    # wrapper takes (its tags and name) is not the client's to pay (see ``reply_budget``).
+    reply_budget: int | None = None
 
     def generation_request(self) -> GenerationRequest:
         return GenerationRequest(
@@ -192,8 +202,11 @@ class ChatRun:
 
     @property
     def finish_reason(self) -> str:
-        called = self.parser is not None and any(call.complete for call in self.parser.calls)
-        if called and (self.finished is None or self.finished.reason == "stop"):
+        # A reply of calls whose arguments all closed is a call, even where max_tokens then
+        # cut its closing tag: the client has every argument it asked for.
+        calls = self.parser.calls if self.parser is not None else []
+        called = bool(calls) and all(call.complete for call in calls)
+        if called and (self.finished is None or self.finished.reason in ("stop", "length")):
             return "tool_calls"
         return self.finished.reason if self.finished is not None else "stop"
 
@@ -214,6 +227,33 @@ class ChatRun:
             if self.splitter is not None
             else None,
         )
+
+
+@dataclass(frozen=True)
+class StreamHead:
+    """What a stream's opening event says before its chat is prepared: the reply's id, its
+    time, and the model as the client named it (see ``gateway.routes.opening``)."""
+
+    id: str
+    model: str
+    created: int = field(default_factory=now)
+
+
+class _ReplyBudget:
+    """The client's max_tokens counted over a reply that may call tools: text, reasoning and
+    arguments count; the tokens that only write a call's wrapper do not."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def spent(self, pieces: Sequence[ReplyPiece | ReasoningPiece], tokens: int) -> bool:
+        """Count one step's tokens; True once the budget is used up."""
+        if self.limit is None:
+            return False
+        if any(isinstance(p, TextPiece | ReasoningPiece | CallArguments) for p in pieces):
+            self.used += tokens
+        return self.used >= self.limit
 
 
 class PromptHints(Protocol):
@@ -287,6 +327,12 @@ class ChatService:
             prompt = await tier.backend.render(messages, tools, thinking)
         constrained = self._constrained(prompt, sampling, tool_use, fields)
         params = self._sampling_params(constrained, tier, prompt, fields, clamp_to_cap)
+        budget = None
+        if tool_use is not None and tool_use.choice.mode != "none" and params.max_tokens:
+            budget = params.max_tokens
+            params = replace(
+                params, max_tokens=self._with_call_room(budget, tier, prompt, tool_use)
+            )
         return PreparedChat(
             tier,
             messages,
@@ -301,7 +347,20 @@ class ChatService:
             text_prompt=text_prompt,
             ticket=ticket(params) if callable(ticket) else ticket,
             id=chat_id or completion_id(),
+            reply_budget=budget,
         )
+
+    @staticmethod
+    def _with_call_room(budget: int, tier: Tier, prompt: Prompt, tool_use: ToolUse) -> int:
+        """The backend's max_tokens when the reply may call: the client's ``budget`` plus
+        room for the calls' wrappers, which ``replies`` does not count against the budget
+        (a token is at most one character of a wrapper), within the context."""
+        room = call_wrapper_chars(tool_use.tools, tool_use.choice)
+        limit = budget + room
+        context = tier.backend.context_length
+        if prompt.tokens is not None and context is not None:
+            limit = min(limit, context - len(prompt.tokens))
+        return max(limit, budget)
 
     @classmethod
     def _check_capabilities(
@@ -453,6 +512,13 @@ class ChatService:
         self.active[chat.id] = run
         return run
 
+    async def abandon(self, run: ChatRun) -> None:
+        """Close a started chat nobody will read (its stream ended before it was taken)."""
+        self.active.pop(run.chat.id, None)
+        run.done.set()
+        await run.backend_events.aclose()
+        self._count_request(run.chat, "cancelled")
+
     async def events(self, run: ChatRun) -> AsyncGenerator[TokenEvent, None]:
         """The generation's tokens; closes the backend's stream if the consumer stops early."""
         async with aclosing(self.events_with_progress(run)) as events:
@@ -553,6 +619,7 @@ class ChatService:
         def answer(text: str) -> list[ReplyPiece]:
             return parser.feed(text) if parser else [TextPiece(text)]
 
+        budget = _ReplyBudget(run.chat.reply_budget)
         async with aclosing(self.events(run)) as events:
             async for event in events:
                 pieces: list[ReplyPiece | ReasoningPiece] = []
@@ -569,6 +636,13 @@ class ChatService:
                 pieces = [p for p in pieces if not isinstance(p, TextPiece) or p.text]
                 if pieces or event.logprobs:
                     yield ReplyStep(pieces, event.logprobs)
+                if budget.spent(pieces, len(event.token_ids) or 1) and run.finished is None:
+                    # The client's max_tokens is used up (a call's wrapper aside): the reply
+                    # ends here, as the backend would have ended it without the room.
+                    run.finished = Finished(
+                        "length", run.prompt_tokens, run.completion_tokens, run.cached_tokens
+                    )
+                    break
         rest: list[ReplyPiece | ReasoningPiece] = []
         for channel, text in splitter.finish() if splitter else []:
             rest.extend([ReasoningPiece(text)] if channel == "reasoning" else answer(text))

@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 from gateway.errors import ShuttingDownError
@@ -35,6 +36,7 @@ from gateway.protocol.openai import (
     ResponseToolCall,
     TokenLogprob,
     TopLogprob,
+    completion_id,
 )
 from gateway.seam.backend import Priority, SamplingParams, TicketSpec, TokenChoice
 from gateway.seam.grammar import for_grammar, strict_objects
@@ -47,6 +49,7 @@ from gateway.serving.chat import (
     ChatService,
     FieldNames,
     PreparedChat,
+    StreamHead,
     ToolUse,
 )
 from gateway.serving.messages import template_messages, tool_specs
@@ -61,19 +64,23 @@ class OpenAIChat:
         self.service = service
 
     async def prepare(
-        self, request: ChatCompletionRequest, priority_header: str | None = None
+        self,
+        request: ChatCompletionRequest,
+        priority_header: str | None = None,
+        head: StreamHead | None = None,
     ) -> PreparedChat:
         arrived = time.perf_counter()
         tier = self.service.registry.resolve(request.model)
         priority = Priority.parse(priority_header or request.priority, Priority.USER)
         options = request.stream_options
         messages = template_messages(request.messages)
-        return await self.service.prepare_messages(
+        prepared = await self.service.prepare_messages(
             tier,
             messages,
             sampling_params(request),
             priority,
             model_name=request.model,
+            chat_id=head.id if head else None,
             session=request.session,
             include_usage=bool(options and options.include_usage),
             arrived=arrived,
@@ -82,6 +89,16 @@ class OpenAIChat:
             fields=FieldNames(max_tokens=max_tokens_field(request)),
             ticket=lambda params: chat_ticket(request, messages, params),
         )
+        return replace(prepared, created=head.created) if head else prepared
+
+    async def begin(
+        self, request: ChatCompletionRequest, priority_header: str | None, head: StreamHead
+    ) -> ChatRun:
+        """A stream's prepare and start, under the head its opening chunk already named."""
+        return await self.start(await self.prepare(request, priority_header, head))
+
+    async def abandon(self, run: ChatRun) -> None:
+        await self.service.abandon(run)
 
     async def start(self, chat: PreparedChat) -> ChatRun:
         return await self.service.start(chat)
@@ -118,26 +135,32 @@ class OpenAIChat:
             usage=run.usage(),
         )
 
+    def head(self, request: ChatCompletionRequest) -> StreamHead:
+        """A stream's head, before its chat is prepared (``prepare`` takes it)."""
+        return StreamHead(completion_id(), request.model)
+
+    def opening(self, head: StreamHead) -> list[ChatCompletionChunk]:
+        """The stream's first chunk: the assistant's role, sent before the prefill."""
+        return [_chunk(head, ChoiceDelta(role="assistant", content=""))]
+
     async def stream(self, run: ChatRun) -> AsyncGenerator[ChatCompletionChunk, None]:
+        """The whole stream: the opening chunk, then ``rest``."""
+        for chunk in self.opening(_head_of(run.chat)):
+            yield chunk
+        async with aclosing(self.rest(run)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    async def rest(self, run: ChatRun) -> AsyncGenerator[ChatCompletionChunk, None]:
+        """The stream after its opening chunk: content, calls, the finish and the usage."""
         chat = run.chat
+        head = _head_of(chat)
 
         def chunk(
             delta: ChoiceDelta, finish: str | None = None, logprobs: list[TokenChoice] | None = None
         ) -> ChatCompletionChunk:
-            return ChatCompletionChunk(
-                id=chat.id,
-                created=chat.created,
-                model=chat.model_name,
-                choices=[
-                    ChunkChoice(
-                        delta=delta,
-                        finish_reason=finish,  # type: ignore[arg-type]
-                        logprobs=openai_logprobs(logprobs) if logprobs else None,
-                    )
-                ],
-            )
+            return _chunk(head, delta, finish, logprobs)
 
-        yield chunk(ChoiceDelta(role="assistant", content=""))
         carried = CarriedLogprobs(chat.params.logprobs is not None)
         legacy = legacy_functions(chat)
         try:
@@ -166,6 +189,30 @@ class OpenAIChat:
                 choices=[],
                 usage=run.usage(),
             )
+
+
+def _head_of(chat: PreparedChat) -> StreamHead:
+    return StreamHead(chat.id, chat.model_name, chat.created)
+
+
+def _chunk(
+    head: StreamHead,
+    delta: ChoiceDelta,
+    finish: str | None = None,
+    logprobs: list[TokenChoice] | None = None,
+) -> ChatCompletionChunk:
+    return ChatCompletionChunk(
+        id=head.id,
+        created=head.created,
+        model=head.model,
+        choices=[
+            ChunkChoice(
+                delta=delta,
+                finish_reason=finish,  # type: ignore[arg-type]
+                logprobs=openai_logprobs(logprobs) if logprobs else None,
+            )
+        ],
+    )
 
 
 LEGACY_FUNCTIONS = "functions"  # the ToolUse param of a request with legacy functions

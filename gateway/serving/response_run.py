@@ -17,7 +17,7 @@ from gateway.protocol.responses_events import (
     Response,
     ResponseUsage,
 )
-from gateway.serving.chat import DEFAULT_TEMPERATURE, ChatRun, PreparedChat
+from gateway.serving.chat import DEFAULT_TEMPERATURE, ChatRun, PreparedChat, StreamHead
 from gateway.serving.responses_output import OutputBuilder
 
 
@@ -33,6 +33,11 @@ class ResponseRun:
         self.id = prepared.id
         self.created = prepared.created
         self.chat: ChatRun | None = None
+
+    @staticmethod
+    def in_progress(request: ResponseRequest, head: StreamHead) -> Response:
+        """The response a stream opens with, before it is prepared (``head`` names it)."""
+        return _response(request, head.id, head.created, None, "in_progress", None)
 
     @property
     def started(self) -> ChatRun:
@@ -50,55 +55,64 @@ class ResponseRun:
         parser = self.chat.parser if self.chat is not None else None
         return {call.id for call in parser.calls if call.complete} if parser else set()
 
-    def response(
-        self,
-        builder: OutputBuilder | None,
-        status: Literal["in_progress", "completed", "incomplete", "failed"],
-    ) -> Response:
-        request = self.request
-        fmt = request.text.format if request.text and request.text.format else None
-        usage = None
-        if self.chat is not None and status != "in_progress":
-            run = self.chat
-            usage = ResponseUsage(
-                input_tokens=run.prompt_tokens,
-                input_tokens_details=InputTokensDetails(cached_tokens=run.cached_tokens),
-                output_tokens=run.completion_tokens,
-                output_tokens_details=OutputTokensDetails(reasoning_tokens=run.reasoning_tokens),
-                total_tokens=run.prompt_tokens + run.completion_tokens,
-            )
-        choice = request.tool_choice
-        return Response(
-            id=self.id,
-            created_at=self.created,
-            status=status,
-            completed_at=int(time.time()) if status == "completed" else None,
-            incomplete_details=IncompleteDetails(reason="max_output_tokens")
-            if status == "incomplete"
-            else None,
-            instructions=request.instructions,
-            max_output_tokens=request.max_output_tokens,
-            model=request.model,
-            output=builder.output() if builder is not None else [],
-            parallel_tool_calls=request.parallel_tool_calls is True,
-            previous_response_id=request.previous_response_id,
-            reasoning=ReasoningEcho(
-                effort=request.reasoning.effort if request.reasoning else None,
-                summary=request.reasoning.summary if request.reasoning else None,
-            ),
-            store=request.store,
-            temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
-            text={
-                "format": fmt.model_dump(mode="json", by_alias=True, exclude_none=True)
-                if fmt
-                else {"type": "text"}
-            },
-            tool_choice=choice.model_dump(mode="json")
-            if isinstance(choice, BaseModel)
-            else choice or "auto",
-            tools=[t.model_dump(mode="json", exclude_none=True) for t in request.tools or ()],
-            top_p=1.0 if request.top_p is None else request.top_p,
-            usage=usage,
-            user=request.user,
-            metadata=request.metadata or {},
+    def response(self, builder: OutputBuilder | None, status: Status) -> Response:
+        return _response(self.request, self.id, self.created, builder, status, self.chat)
+
+
+Status = Literal["in_progress", "completed", "incomplete", "failed"]
+
+
+def _response(
+    request: ResponseRequest,
+    response_id: str,
+    created: int,
+    builder: OutputBuilder | None,
+    status: Status,
+    chat: ChatRun | None,
+) -> Response:
+    fmt = request.text.format if request.text and request.text.format else None
+    usage = None
+    if chat is not None and status != "in_progress":
+        run = chat
+        usage = ResponseUsage(
+            input_tokens=run.prompt_tokens,
+            input_tokens_details=InputTokensDetails(cached_tokens=run.cached_tokens),
+            output_tokens=run.completion_tokens,
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=run.reasoning_tokens),
+            total_tokens=run.prompt_tokens + run.completion_tokens,
         )
+    choice = request.tool_choice
+    return Response(
+        id=response_id,
+        created_at=created,
+        status=status,
+        completed_at=int(time.time()) if status == "completed" else None,
+        incomplete_details=IncompleteDetails(reason="max_output_tokens")
+        if status == "incomplete"
+        else None,
+        instructions=request.instructions,
+        max_output_tokens=request.max_output_tokens,
+        model=request.model,
+        output=builder.output() if builder is not None else [],
+        parallel_tool_calls=request.parallel_tool_calls is True,
+        previous_response_id=request.previous_response_id,
+        reasoning=ReasoningEcho(
+            effort=request.reasoning.effort if request.reasoning else None,
+            summary=request.reasoning.summary if request.reasoning else None,
+        ),
+        store=request.store,
+        temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
+        text={
+            "format": fmt.model_dump(mode="json", by_alias=True, exclude_none=True)
+            if fmt
+            else {"type": "text"}
+        },
+        tool_choice=choice.model_dump(mode="json")
+        if isinstance(choice, BaseModel)
+        else choice or "auto",
+        tools=[t.model_dump(mode="json", exclude_none=True) for t in request.tools or ()],
+        top_p=1.0 if request.top_p is None else request.top_p,
+        usage=usage,
+        user=request.user,
+        metadata=request.metadata or {},
+    )

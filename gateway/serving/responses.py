@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import BaseModel
@@ -45,6 +46,7 @@ from gateway.serving.chat import (
     DEFAULT_TEMPERATURE,
     ChatService,
     FieldNames,
+    StreamHead,
 )
 from gateway.serving.openai_chat import thinking_switch
 from gateway.serving.response_run import ResponseRun
@@ -72,8 +74,15 @@ class ResponsesService:
 
     # -- creating --------------------------------------------------------------------------------
 
+    def head(self, request: ResponseRequest) -> StreamHead:
+        """A stream's head, before its response is prepared (``prepare`` takes it)."""
+        return StreamHead(new_id("resp"), request.model)
+
     async def prepare(
-        self, request: ResponseRequest, priority_header: str | None = None
+        self,
+        request: ResponseRequest,
+        priority_header: str | None = None,
+        head: StreamHead | None = None,
     ) -> ResponseRun:
         arrived = time.perf_counter()
         tier = self.service.registry.resolve(request.model)
@@ -94,14 +103,26 @@ class ResponsesService:
             sampling,
             priority,
             model_name=request.model,
-            chat_id=new_id("resp"),
+            chat_id=head.id if head else new_id("resp"),
             session=request.session,
             arrived=arrived,
             tool_use=tool_use(request),
             thinking=thinking_switch(effort),
             fields=FieldNames(max_tokens="max_output_tokens", grammar="text.format"),
         )
+        if head is not None:
+            prepared = replace(prepared, created=head.created)
         return ResponseRun(request, items, prepared)
+
+    async def begin(
+        self, request: ResponseRequest, priority_header: str | None, head: StreamHead
+    ) -> ResponseRun:
+        """A stream's prepare and start, under the head its opening events already named."""
+        return await self.start(await self.prepare(request, priority_header, head))
+
+    async def abandon(self, run: ResponseRun) -> None:
+        if run.chat is not None:
+            await self.service.abandon(run.chat)
 
     async def history(self, previous_response_id: str | None) -> list[InputItem]:
         """The stored conversation a request continues: each response's input and output."""
@@ -148,14 +169,41 @@ class ResponsesService:
         await self._keep(run, response)
         return response
 
+    def opening(self, request: ResponseRequest, head: StreamHead) -> list[BaseModel]:
+        """The stream's first events, sent before the prefill: created, in progress."""
+        response = ResponseRun.in_progress(request, head)
+        return [
+            ResponseCreatedEvent(sequence_number=0, response=response),
+            ResponseInProgressEvent(sequence_number=1, response=response),
+        ]
+
+    def failed(
+        self, request: ResponseRequest, head: StreamHead, exc: GatewayError
+    ) -> list[BaseModel]:
+        """A start that failed after the opening: the error, then the failed response."""
+        failed = ResponseRun.in_progress(request, head)
+        failed.status = "failed"
+        failed.error = ResponseError(code=exc.code or "server_error", message=exc.message)
+        return [
+            ResponseErrorEvent(
+                sequence_number=2, code=exc.code, message=exc.message, param=exc.param
+            ),
+            ResponseFailedEvent(sequence_number=3, response=failed),
+        ]
+
     async def stream(self, run: ResponseRun) -> AsyncGenerator[BaseModel, None]:
+        """The whole stream: the opening events, then ``rest``."""
+        head = StreamHead(run.id, run.request.model, run.created)
+        for event in self.opening(run.request, head):
+            yield event
+        async with aclosing(self.rest(run)) as events:
+            async for event in events:
+                yield event
+
+    async def rest(self, run: ResponseRun) -> AsyncGenerator[BaseModel, None]:
+        """The stream after its opening events: the output items, then the final response."""
         builder = OutputBuilder()
-        yield ResponseCreatedEvent(
-            sequence_number=builder.number(), response=run.response(None, "in_progress")
-        )
-        yield ResponseInProgressEvent(
-            sequence_number=builder.number(), response=run.response(None, "in_progress")
-        )
+        builder.sequence = 2  # after the opening's two
         try:
             async with aclosing(self.service.replies(run.started)) as steps:
                 async for step in steps:

@@ -68,11 +68,24 @@ class FakeBackend:
     model_id = "fake-model"
     context_length: int | None = 10_000
     vocab_size: int | None = 256
+    answer: tuple[str, ...] = ANSWER
 
-    def __init__(self, tier: str = "fast", hints: bool = True) -> None:
+    def __init__(
+        self,
+        tier: str = "fast",
+        hints: bool = True,
+        answer: Sequence[str] | None = None,
+        structured_output: bool = False,
+    ) -> None:
         self.tier = tier
+        if answer is not None:
+            self.answer = tuple(answer)
         self.capabilities = Capabilities(
-            prefix_cache=hints, typing_hints=hints, token_ids=True, local_slot=True
+            prefix_cache=hints,
+            typing_hints=hints,
+            token_ids=True,
+            local_slot=True,
+            structured_output=structured_output,
         )
         self.requests: list[GenerationRequest] = []
         self.warmups: list[FakeWarmup] = []
@@ -102,12 +115,13 @@ class FakeBackend:
         prompt = len(request.prompt.tokens or ())
         try:
             yield Started(prompt, 0)
-            limit = request.params.max_tokens or len(ANSWER)
-            for index, text in enumerate(ANSWER[:limit]):
+            answer = self.answer
+            limit = request.params.max_tokens or len(answer)
+            for index, text in enumerate(answer[:limit]):
                 await self.release_tokens.wait()
                 yield TokenEvent(text, (index,))
-            reason = "length" if limit < len(ANSWER) else "stop"
-            yield Finished(reason, prompt, min(limit, len(ANSWER)))  # type: ignore[arg-type]
+            reason = "length" if limit < len(answer) else "stop"
+            yield Finished(reason, prompt, min(limit, len(answer)))  # type: ignore[arg-type]
         finally:
             self.closed_streams += 1
 

@@ -105,3 +105,47 @@ async def test_a_remote_backend_renders_itself_and_gets_no_local_limit() -> None
     assert completion.choices[0].message.content == "".join(ANSWER)
     assert backend.requests[0].params.max_tokens is None
     assert backend.requests[0].prompt.tokens is None
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+# A forced call as a model writes it: 4 tokens of wrapper around 2 of arguments.
+CALL_TOKENS = ("<tool_call>", '{"name": "get_weather", "arguments": ', '{"city":', ' "Paris"}')
+CALL_TOKENS += ("}", "</tool_call>")
+
+
+async def test_a_call_s_wrapper_does_not_count_against_max_tokens() -> None:
+    backend = FakeBackend(answer=CALL_TOKENS, structured_output=True)
+    chat, _, _ = make(backend)
+    forced = {"type": "function", "function": {"name": "get_weather"}}
+    prepared = await chat.prepare(request(tools=[WEATHER_TOOL], tool_choice=forced, max_tokens=2))
+    assert backend.requests == [] and prepared.params.max_tokens > 2  # room for the wrapper
+    completion = await chat.complete(await chat.start(prepared))
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.tool_calls[0].function.arguments == '{"city": "Paris"}'
+
+
+async def test_a_call_cut_inside_its_arguments_still_ends_by_length() -> None:
+    backend = FakeBackend(answer=CALL_TOKENS, structured_output=True)
+    chat, _, _ = make(backend)
+    prepared = await chat.prepare(
+        request(tools=[WEATHER_TOOL], tool_choice="required", max_tokens=1)
+    )
+    completion = await chat.complete(await chat.start(prepared))
+    assert completion.choices[0].finish_reason == "length"
+
+
+async def test_text_beside_offered_tools_keeps_the_client_s_max_tokens() -> None:
+    chat, _, metrics = make(FakeBackend(answer=("a", "b", "c", "d"), structured_output=True))
+    prepared = await chat.prepare(request(tools=[WEATHER_TOOL], max_tokens=2))
+    completion = await chat.complete(await chat.start(prepared))
+    assert completion.choices[0].message.content == "ab"
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.usage.completion_tokens == 2
+    assert counted(metrics, "ok") == 1
