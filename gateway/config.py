@@ -166,6 +166,13 @@ class ResponsesSettings(_Section):
     max_age_days: float = Field(
         30.0, gt=0, description="Responses older than this are pruned (and not found)."
     )
+    unsupported_tools: Literal["error", "drop"] = Field(
+        "error",
+        description="Hosted tools the gateway cannot run (web_search, file_search, "
+        "code_interpreter, computer_use, image_generation, mcp, ...): 'error' refuses the "
+        "request with a 400 naming the tool; 'drop' leaves them out (logged, and named in the "
+        "response's metadata), for agents that offer them by default (Codex CLI's web_search).",
+    )
 
 
 class ClusterHostSettings(_Section):

@@ -46,6 +46,7 @@ from gateway.seam.backend import (
     WrappedBackend,
     continued,
 )
+from gateway.seam.placement import place_on
 from gateway.serving.tiers import TierRegistry
 
 log = logging.getLogger(__name__)
@@ -71,11 +72,13 @@ class Dispatcher:
             node = await self._seat(request.priority, spec.task_type, model)
             if node is None:
                 break
+            place_on(node.url)
             try:
                 async for event in self._via_peer(node, spec, request, local):
                     yield event
                 return
             except PeerRefused as exc:
+                place_on(None)
                 log.info("ticket %s: %s", request.id, exc)
                 # Not asked again before its next heartbeat says it has a free seat.
                 node.busy_until = time.monotonic() + self.peers.settings.heartbeat_seconds

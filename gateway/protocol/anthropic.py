@@ -161,6 +161,20 @@ class Metadata(StrictModel):
     user_id: str | None = None
 
 
+class ThreadCreate(StrictModel):
+    """Keep this conversation on the server under the reply's id (Anthropic's message threads)."""
+
+    type: Literal["create"]
+
+
+class ThreadContinue(StrictModel):
+    """Continue the thread of an earlier reply: ``messages`` are only the new ones, and the
+    system prompt and tools are the thread's."""
+
+    type: Literal["continue"]
+    previous_message_id: str = Field(min_length=1, max_length=200)
+
+
 class MessagesRequest(StrictModel):
     """``POST /v1/messages``. Unknown fields are ignored, as SDKs add new ones."""
 
@@ -168,8 +182,15 @@ class MessagesRequest(StrictModel):
 
     model: str = Field(min_length=1)
     max_tokens: int = Field(ge=1)
-    messages: list[MessageParam] = Field(min_length=1, max_length=MAX_MESSAGES)
+    messages: list[MessageParam] = Field(
+        max_length=MAX_MESSAGES, description="At least one, except when continuing a thread."
+    )
     system: str | Annotated[list[TextBlock], Field(max_length=MAX_CONTENT_PARTS)] | None = None
+    thread: Annotated[ThreadCreate | ThreadContinue, Field(discriminator="type")] | None = Field(
+        None,
+        description="Keep the conversation on the server (create), or continue it from a "
+        "reply's id (continue); stored as Responses are, with the same retention.",
+    )
     stop_sequences: Annotated[list[str], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
     temperature: float | None = Field(None, ge=0.0, le=1.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
@@ -202,11 +223,15 @@ class MessagesRequest(StrictModel):
         budget = self.thinking.budget_tokens if self.thinking else None
         if budget is not None and budget >= self.max_tokens:
             raise ValueError("thinking.budget_tokens must be less than max_tokens")
+        continues = isinstance(self.thread, ThreadContinue)
+        if not self.messages and not continues:
+            raise ValueError("messages: at least one message is needed")
         choice = self.tool_choice
         if choice is not None and choice.type == "tool":
             if not choice.name:
                 raise ValueError("tool_choice of type tool needs a name")
-            if choice.name not in names:
+            # A thread's tools are its first turn's: checked once they are read back.
+            if choice.name not in names and not continues:
                 raise ValueError(f"tool_choice names an unknown tool {shorten(choice.name)!r}")
         return self
 
@@ -378,6 +403,11 @@ StreamEvent = (
 class AnthropicErrorDetail(BaseModel):
     type: str
     message: str
+    details: dict[str, str] | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="error_code: what the SDKs recover from (thread_not_found).",
+    )
 
 
 class AnthropicError(BaseModel):

@@ -78,13 +78,15 @@ class MessageItem(_Lenient):
 
 
 class FunctionCallItem(_Lenient):
-    """An earlier reply's call of a function, sent back with its result."""
+    """An earlier reply's call of a function, sent back with its result (``namespace``: the
+    group of a namespaced function)."""
 
     type: Literal["function_call"]
     call_id: str = Field(min_length=1)
     name: str
     arguments: str
     id: str | None = None
+    namespace: str | None = None
 
 
 class FunctionCallOutputItem(_Lenient):
@@ -152,21 +154,53 @@ class FunctionTool(BaseModel):
         return self
 
 
+class NamespaceTool(BaseModel):
+    """A named group of function tools (Codex CLI offers its sub-agent tools so). A call of
+    one comes back as a ``function_call`` item with the inner ``name`` and this ``namespace``."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    type: Literal["namespace"]
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    tools: Annotated[list[FunctionTool], Field(max_length=MAX_TOOLS)]
+
+
 class OtherTool(_Lenient):
-    """A hosted tool (web_search, file_search, ...): refused, by name."""
+    """A hosted tool (web_search, file_search, ...): refused, by name (or left out)."""
 
     type: str
 
 
 def _tool_kind(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return "function" if kind == "function" else "other"
+    return kind if kind in ("function", "namespace") else "other"
 
 
 ToolParam = Annotated[
-    Annotated[FunctionTool, Tag("function")] | Annotated[OtherTool, Tag("other")],
+    Annotated[FunctionTool, Tag("function")]
+    | Annotated[NamespaceTool, Tag("namespace")]
+    | Annotated[OtherTool, Tag("other")],
     Discriminator(_tool_kind),
 ]
+
+NAMESPACE_SEPARATOR = "."  # a namespaced function's name as the model sees it: "group.name"
+
+
+def qualified_name(name: str, namespace: str | None) -> str:
+    """A function's name as the model sees it (a namespaced one's group first)."""
+    return f"{namespace}{NAMESPACE_SEPARATOR}{name}" if namespace else name
+
+
+def function_names(tools: list[Any] | None) -> list[str]:
+    """The names of every function offered, namespaced ones qualified."""
+    names: list[str] = []
+    for tool in tools or ():
+        if isinstance(tool, FunctionTool):
+            names.append(tool.name)
+        elif isinstance(tool, NamespaceTool):
+            names.extend(qualified_name(inner.name, tool.name) for inner in tool.tools)
+    return names
 
 
 class FunctionToolChoice(BaseModel):
@@ -174,6 +208,7 @@ class FunctionToolChoice(BaseModel):
 
     type: Literal["function"]
     name: str
+    namespace: str | None = None
 
 
 class OtherToolChoice(_Lenient):
@@ -308,11 +343,13 @@ class ResponseRequest(BaseModel):
                     raise ValueError("metadata keys have at most 64 characters, values 512")
         if self.background:
             raise ValueError("background mode is not supported")
-        names = [t.name for t in self.tools or () if isinstance(t, FunctionTool)]
+        names = function_names(self.tools)
         if len(set(names)) != len(names):
             raise ValueError("tools: function names must be unique")
         choice = self.tool_choice
-        if isinstance(choice, FunctionToolChoice) and choice.name not in names:
+        if isinstance(choice, FunctionToolChoice) and (
+            qualified_name(choice.name, choice.namespace) not in names
+        ):
             raise ValueError(f"tool_choice names an unknown function {choice.name[:80]!r}")
         if choice in ("required",) and not names:
             raise ValueError("tool_choice 'required' needs function tools")

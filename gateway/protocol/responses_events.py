@@ -46,6 +46,11 @@ class FunctionCallOutput(BaseModel):
     name: str
     arguments: str
     status: ItemStatus
+    namespace: str | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="The group of a namespaced function (``name`` is its own name in it).",
+    )
 
 
 class ReasoningOutput(BaseModel):

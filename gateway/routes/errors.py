@@ -40,9 +40,12 @@ _ANTHROPIC_TYPES = {
 }
 
 
-def anthropic_error_body(status: int, message: str) -> AnthropicError:
+def anthropic_error_body(status: int, message: str, code: str | None = None) -> AnthropicError:
+    """Anthropic's shape; the gateway's error code (if any) as ``details.error_code``, where
+    Anthropic's SDKs look for codes they recover from (``thread_not_found``)."""
     kind = _ANTHROPIC_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
-    return AnthropicError(error=AnthropicErrorDetail(type=kind, message=message))
+    details = {"error_code": code} if code else None
+    return AnthropicError(error=AnthropicErrorDetail(type=kind, message=message, details=details))
 
 
 def envelope(
@@ -57,7 +60,7 @@ def envelope(
 ) -> Response[Any]:
     if request is not None and request.url.path.startswith(ANTHROPIC_PATHS):
         return Response(
-            anthropic_error_body(status, message),
+            anthropic_error_body(status, message, code),
             status_code=status,
             media_type=MediaType.JSON,
             headers=headers,

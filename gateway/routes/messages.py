@@ -6,6 +6,7 @@ Anthropic's named events, without OpenAI's ``[DONE]``.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from litestar import Controller, Request, Response, post
@@ -48,11 +49,12 @@ class MessagesController(Controller):
                 head = anthropic.head(data)
                 begun = await begin_within_grace(request, anthropic.begin(data, head))
                 opening = anthropic.opening(head, ready(begun))
-                stream = opened(opening, begun, anthropic.rest, anthropic.abandon)
+                rest = functools.partial(anthropic.rest, request=data)
+                stream = opened(opening, begun, rest, anthropic.abandon)
                 return ServerSentEvents(stream, dialect="anthropic")
             prepared = await anthropic.prepare(data)
             run = await unless_disconnected(request, anthropic.start(prepared))
-            message = await unless_disconnected(request, anthropic.complete(run))
+            message = await unless_disconnected(request, anthropic.complete(run, data))
         except ClientDisconnected:
             return Response(content=None, status_code=499)
         return Response(message)

@@ -23,10 +23,12 @@ from pydantic import BaseModel
 
 from gateway.errors import GatewayError
 from gateway.routes.disconnect import ClientDisconnected, wait_for_disconnect
+from gateway.seam.placement import PLACEMENT, Placement
 
 T = TypeVar("T")
 
 OPENING_GRACE_SECONDS = 0.025
+PEER_RECHECK_SECONDS = 0.01  # how often a start handed to a peer is looked at again
 
 
 async def begin_within_grace(
@@ -34,12 +36,23 @@ async def begin_within_grace(
 ) -> asyncio.Task[T]:
     """Run ``work`` (a stream's prepare and start) for at most the grace: the task, done or
     still going; ``ClientDisconnected`` (the work cancelled) if the client left first."""
-    task = asyncio.ensure_future(work)
+    placement = Placement()
+    reset = PLACEMENT.set(placement)
+    try:
+        task = asyncio.ensure_future(work)  # in a copy of this context: it sees ``placement``
+    finally:
+        PLACEMENT.reset(reset)
     watcher = asyncio.ensure_future(wait_for_disconnect(request))
     try:
-        await asyncio.wait(
-            {task, watcher}, timeout=OPENING_GRACE_SECONDS, return_when=asyncio.FIRST_COMPLETED
-        )
+        timeout = OPENING_GRACE_SECONDS
+        while not watcher.done():
+            done, _ = await asyncio.wait(
+                {task, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            # Handed to a peer: its start is a round trip away, and names it in a header.
+            if done or placement.peer is None:
+                break
+            timeout = PEER_RECHECK_SECONDS
         left = watcher.done() and not watcher.cancelled()
     finally:
         watcher.cancel()

@@ -19,7 +19,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
@@ -27,7 +27,11 @@ from pydantic import BaseModel
 
 from gateway.errors import GatewayError, ShuttingDownError
 from gateway.protocol.peer import TicketError
-from gateway.protocol.responses_events import ResponseErrorEvent
+from gateway.protocol.responses_events import (
+    ResponseCreatedEvent,
+    ResponseErrorEvent,
+    ResponseInProgressEvent,
+)
 from gateway.routes.batching import ready_batches
 from gateway.routes.errors import anthropic_error_body, gateway_error_body
 
@@ -61,10 +65,10 @@ class ServerSentEvents(ServerSentEvent):
         peers sign their answers this way)."""
         if dialect == "openai":
             events = _events(models)
+        elif dialect == "responses":
+            events = _named_events(models, _responses_error, event_ids, _ResponsesWire())
         else:
-            body = {"anthropic": _anthropic_error, "responses": _responses_error}.get(
-                dialect, _peer_error
-            )
+            body = _anthropic_error if dialect == "anthropic" else _peer_error
             events = _named_events(models, body, event_ids)
         # no-store: a stream is one answer, never to be replayed from a cache.
         super().__init__(events, headers={"Cache-Control": "no-store", **(headers or {})})
@@ -107,7 +111,7 @@ def _unexpected(exc: Exception) -> GatewayError:
 
 
 def _anthropic_error(exc: GatewayError) -> BaseModel:
-    return anthropic_error_body(exc.status_code, exc.message)
+    return anthropic_error_body(exc.status_code, exc.message, exc.code)
 
 
 def _responses_error(exc: GatewayError) -> BaseModel:
@@ -121,27 +125,56 @@ def _peer_error(exc: GatewayError) -> BaseModel:
     return TicketError(status=exc.status_code, message=exc.message)
 
 
+class _ResponsesWire:
+    """The Responses dialect on the wire: each event's ``sequence_number`` is its place in
+    the stream (the service's own numbers are replaced), and a keep-alive is a
+    ``response.in_progress`` event rather than a comment: agents' clients (Codex CLI) count
+    only events against their idle timeout, and a long prefill would outlast it."""
+
+    def __init__(self) -> None:
+        self.sequence = 0
+        self.response: Any = None  # the last lifecycle event's response: the keep-alive's
+
+    def number(self, model: BaseModel) -> BaseModel:
+        if isinstance(model, ResponseCreatedEvent | ResponseInProgressEvent):
+            self.response = model.response
+        if hasattr(model, "sequence_number"):
+            model = model.model_copy(update={"sequence_number": self.sequence})
+            self.sequence += 1
+        return model
+
+    def keepalive(self) -> BaseModel | None:
+        if self.response is None:
+            return None
+        return ResponseInProgressEvent(
+            sequence_number=0, response=self.response
+        )  # numbered as sent
+
+
 async def _named_events(
     models: AsyncGenerator[BaseModel, None],
     error_body: Callable[[GatewayError], BaseModel],
     event_ids: Callable[[str, str], str] | None = None,
+    wire: _ResponsesWire | None = None,
 ) -> AsyncIterator[ServerSentEventMessage]:
-    def framed(name: str, data: str) -> bytes:
+    def framed(model: BaseModel, name: str | None = None) -> bytes:
+        if wire is not None:
+            model = wire.number(model)
+        name = name or str(getattr(model, "type", "message"))
+        data = model.model_dump_json()
         return _framed(data, name, event_ids(name, data) if event_ids else None)
 
     try:
         async with aclosing(models) as stream, aclosing(_batches(stream)) as batches:
             async for batch in batches:
+                keepalive = wire.keepalive() if wire is not None and not batch else None
+                if keepalive is not None:
+                    batch = [keepalive]
                 if not batch:
                     yield PING
                     continue
-                yield _Framed(
-                    frames=b"".join(
-                        framed(str(getattr(model, "type", "message")), model.model_dump_json())
-                        for model in batch
-                    )
-                )
+                yield _Framed(frames=b"".join(framed(model) for model in batch))
     except GatewayError as exc:
-        yield _Framed(frames=framed("error", error_body(exc).model_dump_json()))
+        yield _Framed(frames=framed(error_body(exc), "error"))
     except Exception as exc:  # never a silently cut stream
-        yield _Framed(frames=framed("error", error_body(_unexpected(exc)).model_dump_json()))
+        yield _Framed(frames=framed(error_body(_unexpected(exc)), "error"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
@@ -66,22 +67,27 @@ from gateway.serving.chat import (
     StreamHead,
     ToolUse,
 )
+from gateway.serving.message_threads import MessageThreads
 from gateway.serving.partial_json import partial_object
 from gateway.serving.reasoning import ReasoningPiece
-from gateway.serving.tool_calls import CallArguments, CallStart, TextPiece
+from gateway.serving.response_store import ResponseStore
+from gateway.serving.tool_calls import CallArguments, CallStart, TextPiece, ToolCall
 
+log = logging.getLogger(__name__)
 DEFAULT_TEMPERATURE = 1.0  # Anthropic's default
 
 
 class AnthropicMessages:
     """``POST /v1/messages`` and ``/v1/messages/count_tokens`` in the gateway's terms."""
 
-    def __init__(self, service: ChatService) -> None:
+    def __init__(self, service: ChatService, threads: ResponseStore | None = None) -> None:
         self.service = service
+        self.threads = MessageThreads(threads) if threads is not None else None
 
     async def prepare(self, request: MessagesRequest, chat_id: str | None = None) -> PreparedChat:
         arrived = time.perf_counter()
         tier = self.service.registry.resolve(request.model)
+        request = await self._whole(request)
         return await self.service.prepare_messages(
             tier,
             conversation(request.system_text(), request.messages),
@@ -106,6 +112,23 @@ class AnthropicMessages:
             fields=FieldNames(grammar="output_config.format"),
         )
 
+    async def _whole(self, request: MessagesRequest) -> MessagesRequest:
+        if request.thread is not None and self.threads is None:
+            raise InvalidRequestError(
+                "this gateway keeps no message threads",
+                param="thread",
+                code="thread_unsupported_request",
+            )
+        return await self.threads.whole(request) if self.threads is not None else request
+
+    async def _keep(self, request: MessagesRequest | None, message: Message) -> None:
+        if request is None or request.thread is None or self.threads is None:
+            return
+        try:
+            await self.threads.keep(request, message)
+        except Exception:  # a full disk must not lose the answer itself
+            log.exception("message %s: its thread turn was not stored", message.id)
+
     async def count_tokens(self, request: CountTokensRequest) -> int:
         tier = self.service.registry.resolve(request.model)
         tools = tool_specs(request.tools)
@@ -123,36 +146,12 @@ class AnthropicMessages:
     async def start(self, chat: PreparedChat) -> ChatRun:
         return await self.service.start(chat)
 
-    async def complete(self, run: ChatRun) -> Message:
+    async def complete(self, run: ChatRun, request: MessagesRequest | None = None) -> Message:
+        """The whole message; a threaded ``request``'s turn is stored before it is returned."""
         result = await self.service.collect(run)
-        content: list[ResponseBlock] = []
-        if result.reasoning:
-            content.append(
-                ResponseThinkingBlock(
-                    thinking=result.reasoning, signature=thinking_signature(result.reasoning)
-                )
-            )
-        if result.text:
-            content.append(ResponseTextBlock(text=result.text))
-        for call in result.calls:
-            # A call cut by max_tokens is returned too, as the stream shows it: its input
-            # parsed as far as it goes (stop_reason max_tokens says it is partial).
-            arguments = json.loads(call.arguments) if call.complete else None
-            content.append(
-                ResponseToolUseBlock(
-                    id=call.id,
-                    name=call.name,
-                    input=arguments if arguments is not None else partial_object(call.arguments),
-                )
-            )
-        return Message(
-            id=run.chat.id,
-            model=run.chat.model_name,
-            content=content,
-            stop_reason=stop_reason(run),
-            stop_sequence=_stop_sequence(run),
-            usage=_usage(run),
-        )
+        message = _message(run, result.text, result.reasoning, result.calls)
+        await self._keep(request, message)
+        return message
 
     def head(self, request: MessagesRequest) -> StreamHead:
         """A stream's head, before its chat is prepared (``prepare`` takes it)."""
@@ -183,9 +182,13 @@ class AnthropicMessages:
             async for event in events:
                 yield event
 
-    async def rest(self, run: ChatRun) -> AsyncGenerator[BaseModel, None]:
-        """The stream after message_start: the content blocks, message_delta, message_stop."""
+    async def rest(
+        self, run: ChatRun, request: MessagesRequest | None = None
+    ) -> AsyncGenerator[BaseModel, None]:
+        """The stream after message_start: the content blocks, message_delta, message_stop
+        (a threaded ``request``'s turn is stored before message_stop, when SDKs take it)."""
         blocks = _Blocks()
+        texts: list[str] = []
         async with aclosing(self.service.replies(run)) as steps:
             async for step in steps:
                 for piece in step.pieces:
@@ -194,12 +197,14 @@ class AnthropicMessages:
                         for event in blocks.open("thinking", thinking):
                             yield event
                         blocks.thinking.append(piece.text)
+                        blocks.reasoning.append(piece.text)
                         yield ContentBlockDeltaEvent(
                             index=blocks.index, delta=ThinkingDelta(thinking=piece.text)
                         )
                     elif isinstance(piece, TextPiece):
                         for event in blocks.open("text", ResponseTextBlock(text="")):
                             yield event
+                        texts.append(piece.text)
                         yield ContentBlockDeltaEvent(
                             index=blocks.index, delta=TextDelta(text=piece.text)
                         )
@@ -221,6 +226,11 @@ class AnthropicMessages:
                 cache_read_input_tokens=run.cached_tokens,
             ),
         )
+        if request is not None and request.thread is not None:
+            calls = run.parser.calls if run.parser else []
+            await self._keep(
+                request, _message(run, "".join(texts), "".join(blocks.reasoning), calls)
+            )
         yield MessageStopEvent()
 
 
@@ -231,6 +241,7 @@ class _Blocks:
         self.index = -1
         self.kind: str | None = None
         self.thinking: list[str] = []  # the open thinking block's text, for its signature
+        self.reasoning: list[str] = []  # every thinking block's text
 
     def open(self, kind: str, block: ResponseBlock, new: bool = False) -> list[BaseModel]:
         if self.kind == kind and not new:
@@ -256,6 +267,35 @@ class _Blocks:
         self.kind = None
         events.append(ContentBlockStopEvent(index=self.index))
         return events
+
+
+def _message(run: ChatRun, text: str, reasoning: str, calls: Sequence[ToolCall]) -> Message:
+    content: list[ResponseBlock] = []
+    if reasoning:
+        content.append(
+            ResponseThinkingBlock(thinking=reasoning, signature=thinking_signature(reasoning))
+        )
+    if text:
+        content.append(ResponseTextBlock(text=text))
+    for call in calls:
+        # A call cut by max_tokens is returned too, as the stream shows it: its input
+        # parsed as far as it goes (stop_reason max_tokens says it is partial).
+        arguments = json.loads(call.arguments) if call.complete else None
+        content.append(
+            ResponseToolUseBlock(
+                id=call.id,
+                name=call.name,
+                input=arguments if arguments is not None else partial_object(call.arguments),
+            )
+        )
+    return Message(
+        id=run.chat.id,
+        model=run.chat.model_name,
+        content=content,
+        stop_reason=stop_reason(run),
+        stop_sequence=_stop_sequence(run),
+        usage=_usage(run),
+    )
 
 
 def conversation(system: str | None, messages: Sequence[MessageParam]) -> tuple[ChatMessage, ...]:

@@ -18,6 +18,7 @@ from gateway.protocol.responses_events import (
     ResponseUsage,
 )
 from gateway.serving.chat import DEFAULT_TEMPERATURE, ChatRun, PreparedChat, StreamHead
+from gateway.serving.responses_items import OfferedTools
 from gateway.serving.responses_output import OutputBuilder
 
 
@@ -25,11 +26,16 @@ class ResponseRun:
     """One response: the request, its items, and (once started) the chat run under it."""
 
     def __init__(
-        self, request: ResponseRequest, items: list[InputItem], prepared: PreparedChat
+        self,
+        request: ResponseRequest,
+        items: list[InputItem],
+        prepared: PreparedChat,
+        tools: OfferedTools | None = None,
     ) -> None:
         self.request = request
         self.items = items
         self.prepared = prepared
+        self.tools = tools or OfferedTools(None)
         self.id = prepared.id
         self.created = prepared.created
         self.chat: ChatRun | None = None
@@ -56,7 +62,11 @@ class ResponseRun:
         return {call.id for call in parser.calls if call.complete} if parser else set()
 
     def response(self, builder: OutputBuilder | None, status: Status) -> Response:
-        return _response(self.request, self.id, self.created, builder, status, self.chat)
+        response = _response(self.request, self.id, self.created, builder, status, self.chat)
+        if self.tools.dropped:  # said where the client looks (its metadata has room: 16 keys)
+            note = "left out (not supported here): " + ", ".join(self.tools.dropped)
+            response.metadata = {**response.metadata, "gateway_dropped_tools": note[:512]}
+        return response
 
 
 Status = Literal["in_progress", "completed", "incomplete", "failed"]

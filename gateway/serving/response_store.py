@@ -27,24 +27,27 @@ T = TypeVar("T")
 SCHEMA_VERSION = 1
 MAX_CHAIN = 10_000  # links followed back; a conversation longer than any context is not one
 
+# Each kind of chain has a table of its own, of this shape, in the one file.
+TABLES = ("responses", "message_threads")
+
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS responses (
+CREATE TABLE IF NOT EXISTS {table} (
     id TEXT PRIMARY KEY,
     created_at REAL NOT NULL,
     previous_id TEXT,
     response TEXT NOT NULL,
     input_items TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS responses_by_age ON responses (created_at);
+CREATE INDEX IF NOT EXISTS {table}_by_age ON {table} (created_at);
 """
 
 _CHAIN = """
 WITH RECURSIVE chain (id, created_at, previous_id, response, input_items, depth) AS (
     SELECT id, created_at, previous_id, response, input_items, 0
-    FROM responses WHERE id = ? AND created_at >= ?
+    FROM {table} WHERE id = ? AND created_at >= ?
     UNION ALL
     SELECT r.id, r.created_at, r.previous_id, r.response, r.input_items, c.depth + 1
-    FROM responses r JOIN chain c ON r.id = c.previous_id
+    FROM {table} r JOIN chain c ON r.id = c.previous_id
     WHERE r.created_at >= ? AND c.depth < ?
 )
 SELECT id, created_at, previous_id, response, input_items FROM chain ORDER BY depth DESC
@@ -69,7 +72,8 @@ class BrokenChainError(Exception):
 
 
 class ResponseStore:
-    """The stored responses; ``open`` before use, ``close`` at shutdown."""
+    """The stored responses; ``open`` before use, ``close`` at shutdown. ``table``: which
+    kind of chain (Anthropic's message threads are kept the same way, in their own table)."""
 
     def __init__(
         self,
@@ -77,7 +81,11 @@ class ResponseStore:
         max_responses: int,
         max_age_seconds: float,
         clock: Callable[[], float] = time.time,
+        table: str = "responses",
     ) -> None:
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table!r}")
+        self.table = table
         self.path = path
         self.max_responses = max_responses
         self.max_age_seconds = max_age_seconds
@@ -96,10 +104,10 @@ class ResponseStore:
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10.0)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at each checkpoint, never corrupt
-        db.executescript(_SCHEMA)
+        db.executescript(_SCHEMA.format(table=self.table))
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         self._db = db
 
@@ -129,7 +137,7 @@ class ResponseStore:
         with db:  # one transaction: the row and the pruning
             db.execute("BEGIN")
             db.execute(
-                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO {self.table} VALUES (?, ?, ?, ?, ?)",
                 (
                     stored.id,
                     stored.created_at,
@@ -141,9 +149,10 @@ class ResponseStore:
             self._prune(db)
 
     def _prune(self, db: sqlite3.Connection) -> None:
-        db.execute("DELETE FROM responses WHERE created_at < ?", (self._oldest_kept(),))
+        table = self.table
+        db.execute(f"DELETE FROM {table} WHERE created_at < ?", (self._oldest_kept(),))
         db.execute(
-            "DELETE FROM responses WHERE id IN (SELECT id FROM responses "
+            f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} "
             "ORDER BY created_at DESC, rowid DESC LIMIT -1 OFFSET ?)",
             (self.max_responses,),
         )
@@ -154,7 +163,7 @@ class ResponseStore:
 
     def _delete(self, response_id: str) -> bool:
         cursor = self.db.execute(
-            "DELETE FROM responses WHERE id = ? AND created_at >= ?",
+            f"DELETE FROM {self.table} WHERE id = ? AND created_at >= ?",
             (response_id, self._oldest_kept()),
         )
         return cursor.rowcount > 0
@@ -166,8 +175,8 @@ class ResponseStore:
 
     def _get(self, response_id: str) -> StoredResponse | None:
         row = self.db.execute(
-            "SELECT id, created_at, previous_id, response, input_items FROM responses "
-            "WHERE id = ? AND created_at >= ?",
+            "SELECT id, created_at, previous_id, response, input_items "
+            f"FROM {self.table} WHERE id = ? AND created_at >= ?",
             (response_id, self._oldest_kept()),
         ).fetchone()
         return _stored(row) if row else None
@@ -179,7 +188,8 @@ class ResponseStore:
 
     def _conversation(self, response_id: str) -> list[StoredResponse]:
         oldest = self._oldest_kept()
-        rows = self.db.execute(_CHAIN, (response_id, oldest, oldest, MAX_CHAIN)).fetchall()
+        chain_query = _CHAIN.format(table=self.table)
+        rows = self.db.execute(chain_query, (response_id, oldest, oldest, MAX_CHAIN)).fetchall()
         chain = [_stored(row) for row in rows]
         if chain and chain[0].previous_id is not None and len(chain) <= MAX_CHAIN:
             raise BrokenChainError(chain[0].previous_id)
@@ -187,7 +197,7 @@ class ResponseStore:
 
     async def count(self) -> int:
         return await self._run(
-            lambda: int(self.db.execute("SELECT count(*) FROM responses").fetchone()[0])
+            lambda: int(self.db.execute(f"SELECT count(*) FROM {self.table}").fetchone()[0])
         )
 
 

@@ -52,12 +52,13 @@ from gateway.serving.openai_chat import thinking_switch
 from gateway.serving.response_run import ResponseRun
 from gateway.serving.response_store import BrokenChainError, ResponseStore, StoredResponse
 from gateway.serving.responses_items import (
+    HOSTED_TOOLS_ACTION,
     conversation,
+    offered_tools,
     parse_items,
     request_items,
     stored_input,
     text_grammar,
-    tool_use,
 )
 from gateway.serving.responses_output import OutputBuilder
 
@@ -68,9 +69,15 @@ MAX_LISTED_ITEMS = 100
 class ResponsesService:
     """``/v1/responses``: create, retrieve, delete, list input items."""
 
-    def __init__(self, service: ChatService, store: ResponseStore) -> None:
+    def __init__(
+        self,
+        service: ChatService,
+        store: ResponseStore,
+        unsupported_tools: HOSTED_TOOLS_ACTION = "error",
+    ) -> None:
         self.service = service
         self.store = store
+        self.unsupported_tools = unsupported_tools
 
     # -- creating --------------------------------------------------------------------------------
 
@@ -88,6 +95,9 @@ class ResponsesService:
         tier = self.service.registry.resolve(request.model)
         priority = Priority.parse(priority_header or request.priority, Priority.USER)
         items = request_items(request)
+        offered = offered_tools(request, self.unsupported_tools)
+        if offered.dropped:
+            log.info("response: hosted tools left out: %s", ", ".join(offered.dropped))
         history = await self.history(request.previous_response_id)
         messages = conversation(request.instructions, history, items)
         effort = request.reasoning.effort if request.reasoning else None
@@ -106,13 +116,13 @@ class ResponsesService:
             chat_id=head.id if head else new_id("resp"),
             session=request.session,
             arrived=arrived,
-            tool_use=tool_use(request),
+            tool_use=offered.use,
             thinking=thinking_switch(effort),
             fields=FieldNames(max_tokens="max_output_tokens", grammar="text.format"),
         )
         if head is not None:
             prepared = replace(prepared, created=head.created)
-        return ResponseRun(request, items, prepared)
+        return ResponseRun(request, items, prepared, offered)
 
     async def begin(
         self, request: ResponseRequest, priority_header: str | None, head: StreamHead
@@ -159,7 +169,7 @@ class ResponsesService:
         return run
 
     async def complete(self, run: ResponseRun) -> Response:
-        builder = OutputBuilder()
+        builder = OutputBuilder(run.tools.namespaces)
         async with aclosing(self.service.replies(run.started)) as steps:
             async for step in steps:
                 for piece in step.pieces:
@@ -202,7 +212,7 @@ class ResponsesService:
 
     async def rest(self, run: ResponseRun) -> AsyncGenerator[BaseModel, None]:
         """The stream after its opening events: the output items, then the final response."""
-        builder = OutputBuilder()
+        builder = OutputBuilder(run.tools.namespaces)
         builder.sequence = 2  # after the opening's two
         try:
             async with aclosing(self.service.replies(run.started)) as steps:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
@@ -27,6 +28,7 @@ from gateway.protocol.responses import (
     InputItem,
     InputText,
     MessageItem,
+    NamespaceTool,
     OtherItem,
     OtherPart,
     OutputText,
@@ -36,6 +38,7 @@ from gateway.protocol.responses import (
     TextFormatJSONObject,
     TextFormatJSONSchema,
     new_id,
+    qualified_name,
 )
 from gateway.seam.grammar import for_grammar, strict_objects
 from gateway.seam.request_parts import ChatMessage, Grammar, ToolSpec
@@ -81,10 +84,11 @@ def _append(out: list[ChatMessage], item: InputItem, param: str | None) -> None:
             return
         out.append({"role": role, "content": text})
     elif isinstance(item, FunctionCallItem):
+        name = qualified_name(item.name, item.namespace)
         call = {
             "id": item.call_id,
             "type": "function",
-            "function": {"name": item.name, "arguments": _json_or_text(item.arguments)},
+            "function": {"name": name, "arguments": _json_or_text(item.arguments)},
         }
         if _open_assistant(out):
             out[-1].setdefault("tool_calls", []).append(call)
@@ -155,29 +159,73 @@ def parse_items(data: list[dict[str, Any]]) -> list[InputItem]:
     return ITEMS.validate_python(data)
 
 
+HOSTED_TOOLS_ACTION = Literal["error", "drop"]
+
+
+@dataclass(frozen=True)
+class OfferedTools:
+    """The request's functions as the model sees them (namespaced ones flattened), how it
+    may call them, and the hosted tools left out (``unsupported_tools = "drop"``)."""
+
+    use: ToolUse | None
+    namespaces: dict[str, tuple[str, str]] = field(default_factory=dict)  # flat: (group, name)
+    dropped: tuple[str, ...] = ()
+
+
 def tool_use(request: ResponseRequest) -> ToolUse | None:
-    """The request's functions and its tool choice; hosted tools are refused by name."""
-    if not request.tools:
-        return None
+    """The request's functions and its tool choice (hosted tools refused)."""
+    return offered_tools(request).use
+
+
+def offered_tools(
+    request: ResponseRequest, unsupported: HOSTED_TOOLS_ACTION = "error"
+) -> OfferedTools:
+    """The request's functions and its tool choice; hosted tools are refused by name, or
+    left out. A namespace's functions are offered as ``group.name``."""
     specs: list[ToolSpec] = []
-    for index, tool in enumerate(request.tools):
-        if not isinstance(tool, FunctionTool):
+    namespaces: dict[str, tuple[str, str]] = {}
+    dropped: list[str] = []
+    for index, tool in enumerate(request.tools or ()):
+        if isinstance(tool, FunctionTool):
+            specs.append(ToolSpec(tool.name, tool.description, tool.parameters or {}))
+        elif isinstance(tool, NamespaceTool):
+            for inner in tool.tools:
+                flat = qualified_name(inner.name, tool.name)
+                namespaces[flat] = (tool.name, inner.name)
+                specs.append(ToolSpec(flat, _in_group(tool, inner), inner.parameters or {}))
+        elif unsupported == "drop":
+            dropped.append(tool.type[:80])
+        else:
             raise InvalidRequestError(
-                f"tools of type {tool.type[:80]!r} are not supported; only function tools",
+                f"tools of type {tool.type[:80]!r} are not supported; only function (and "
+                'namespace) tools. Set responses.unsupported_tools = "drop" to leave hosted '
+                "tools out",
                 param=f"tools[{index}].type",
             )
-        specs.append(ToolSpec(tool.name, tool.description, tool.parameters or {}))
+    if not specs:
+        return OfferedTools(None, namespaces, tuple(dropped))
     parallel = request.parallel_tool_calls is True
     choice = request.tool_choice or "auto"
     if isinstance(choice, FunctionToolChoice):
-        return ToolUse(tuple(specs), ToolChoice("function", choice.name, parallel=False))
+        named = ToolChoice(
+            "function", qualified_name(choice.name, choice.namespace), parallel=False
+        )
+        return OfferedTools(ToolUse(tuple(specs), named), namespaces, tuple(dropped))
     if not isinstance(choice, str):
         raise InvalidRequestError(
             f"tool_choice of type {choice.type[:80]!r} is not supported; use none, auto, "
             "required or a function",
             param="tool_choice",
         )
-    return ToolUse(tuple(specs), ToolChoice(choice, parallel=parallel), param="tools")
+    use = ToolUse(tuple(specs), ToolChoice(choice, parallel=parallel), param="tools")
+    return OfferedTools(use, namespaces, tuple(dropped))
+
+
+def _in_group(group: NamespaceTool, tool: FunctionTool) -> str | None:
+    """A namespaced function's description, with its group's."""
+    if not group.description:
+        return tool.description
+    return f"{tool.description or ''} (in {group.name}: {group.description})".strip()
 
 
 def text_grammar(request: ResponseRequest) -> Grammar | None:

@@ -54,6 +54,7 @@ class _Item:
     text: list[str] = field(default_factory=list)  # text, reasoning or arguments so far
     call_id: str = ""
     name: str = ""
+    namespace: str | None = None  # a namespaced function's group (``name`` is then its own)
     done: bool = False
     status: ItemStatus = "completed"  # as it ended
 
@@ -66,16 +67,24 @@ class _Item:
             parts = [OutputTextPart(text=text)] if status != "in_progress" else []
             return OutputMessage(id=self.id, status=status, content=parts)
         return FunctionCallOutput(
-            id=self.id, call_id=self.call_id, name=self.name, arguments=text, status=status
+            id=self.id,
+            call_id=self.call_id,
+            name=self.name,
+            namespace=self.namespace,
+            arguments=text,
+            status=status,
         )
 
 
 class OutputBuilder:
     """The output items of one reply and the events that stream them."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespaces: dict[str, tuple[str, str]] | None = None) -> None:
+        """``namespaces``: a namespaced function's name as the model wrote it, split back
+        into its group and its own name."""
         self.sequence = 0
         self.items: list[_Item] = []
+        self.namespaces = namespaces or {}
 
     def number(self) -> int:
         """The next event's ``sequence_number``."""
@@ -101,6 +110,8 @@ class OutputBuilder:
         if isinstance(piece, CallStart):
             events = self.close()
             item = _Item("function_call", new_id("fc"), len(self.items), [], piece.id, piece.name)
+            if piece.name in self.namespaces:
+                item.namespace, item.name = self.namespaces[piece.name]
             self.items.append(item)
             events.append(self._added(item))
             return events

@@ -127,22 +127,33 @@ async def open_services(
 ) -> AsyncIterator[Services]:
     """Open every service for one run of the app; close them all on the way out."""
     async with AsyncExitStack() as stack:
-        stored_responses = await open_response_store(settings, stack)
+        stored = await open_response_store(settings, stack)
         runtime = await open_runtime(settings, kit, metrics, stack)
         registry = await open_tiers(runtime, kit, stack)
-        services = await open_serving(runtime, registry, stored_responses, lifecycle, stack)
+        services = await open_serving(runtime, registry, stored, lifecycle, stack)
         log.info("gateway ready: models %s", ", ".join(registry.names()))
         yield services
 
 
-async def open_response_store(settings: Settings, stack: AsyncExitStack) -> ResponseStore:
+@dataclass(frozen=True)
+class StoredChains:
+    """Conversations kept on the server, in one SQLite file: OpenAI's stored responses and
+    Anthropic's message threads, with the same retention."""
+
+    responses: ResponseStore
+    threads: ResponseStore
+
+
+async def open_response_store(settings: Settings, stack: AsyncExitStack) -> StoredChains:
     r = settings.responses
-    store = ResponseStore(
-        r.path or settings.cache_dir / "responses.sqlite3", r.max_stored, r.max_age_days * 86400
-    )
-    stack.push_async_callback(store.close)  # its thread is stopped even if opening fails
-    await store.open()
-    return store
+    path = r.path or settings.cache_dir / "responses.sqlite3"
+    stores = []
+    for table in ("responses", "message_threads"):
+        store = ResponseStore(path, r.max_stored, r.max_age_days * 86400, table=table)
+        stack.push_async_callback(store.close)  # its thread is stopped even if opening fails
+        await store.open()
+        stores.append(store)
+    return StoredChains(*stores)
 
 
 async def open_runtime(
@@ -191,7 +202,7 @@ async def close_backends(backends: list[Backend]) -> None:
 async def open_serving(
     runtime: Runtime,
     registry: TierRegistry,
-    stored_responses: ResponseStore,
+    stored: StoredChains,
     lifecycle: Lifecycle,
     stack: AsyncExitStack,
 ) -> Services:
@@ -208,7 +219,7 @@ async def open_serving(
     hints = HintService(registry, metrics, cache.hint_idle_seconds, task_prompts, speculator)
     chat = ChatService(registry, metrics, hints, settings.max_completion_tokens)
     tasks = TaskService(task_prompts, chat)
-    responses = ResponsesService(chat, stored_responses)
+    responses = ResponsesService(chat, stored.responses, settings.responses.unsupported_tools)
     hints.stored_conversation = responses.stored_conversation
     services = Services(
         settings=settings,
@@ -220,7 +231,7 @@ async def open_serving(
         chat=chat,
         openai_chat=OpenAIChat(chat),
         completions=CompletionsService(chat),
-        anthropic=AnthropicMessages(chat),
+        anthropic=AnthropicMessages(chat, stored.threads),
         responses=responses,
         typing=hints,
         tasks=tasks,
