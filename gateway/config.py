@@ -260,6 +260,14 @@ class TierSettings(_Section):
         300.0, ge=0, description="mlx: unload after this long unused (0 = never)."
     )
     preload: bool = Field(False, description="mlx: load at start instead of on first use.")
+    temperature: float | None = Field(
+        None,
+        ge=0.0,
+        le=2.0,
+        description="The sampling temperature of requests that set none (as llama.cpp's --temp "
+        "or an Ollama Modelfile's temperature); default: the wire format's own (1.0). Agents "
+        "that send none (Codex CLI) then decode as this tier's model does best.",
+    )
     weights: Literal["auto", "4bit", "float32"] | None = Field(
         None,
         description="mlx, Linux CPU: hold the weights quantized (float32 activations) or "

@@ -93,9 +93,7 @@ class AnthropicMessages:
             conversation(request.system_text(), request.messages),
             SamplingParams(
                 max_tokens=request.max_tokens,
-                temperature=DEFAULT_TEMPERATURE
-                if request.temperature is None
-                else request.temperature,
+                temperature=tier.temperature_for(request.temperature, DEFAULT_TEMPERATURE),
                 top_p=1.0 if request.top_p is None else request.top_p,
                 top_k=request.top_k or 0,
                 stop=tuple(request.stop_sequences or ()),

@@ -15,7 +15,13 @@ from gateway.protocol.completions import (
     text_completion_id,
 )
 from gateway.seam.backend import Priority, TextPrompt, TokenChoice
-from gateway.serving.chat import CarriedLogprobs, ChatRun, ChatService, PreparedChat
+from gateway.serving.chat import (
+    DEFAULT_TEMPERATURE,
+    CarriedLogprobs,
+    ChatRun,
+    ChatService,
+    PreparedChat,
+)
 from gateway.serving.openai_chat import openai_sampling
 
 
@@ -33,6 +39,7 @@ class CompletionsService:
         options = request.stream_options
         sampling = openai_sampling(
             request,
+            tier.temperature_for(None, DEFAULT_TEMPERATURE),
             max_tokens=request.max_tokens,
             top_k=request.top_k or 0,
             logprobs=request.logprobs,

@@ -77,7 +77,7 @@ class OpenAIChat:
         prepared = await self.service.prepare_messages(
             tier,
             messages,
-            sampling_params(request),
+            sampling_params(request, tier.temperature_for(None, DEFAULT_TEMPERATURE)),
             priority,
             model_name=request.model,
             chat_id=head.id if head else None,
@@ -308,10 +308,13 @@ def openai_logprobs(choices: Sequence[TokenChoice]) -> ChoiceLogprobs:
     )
 
 
-def sampling_params(request: ChatCompletionRequest) -> SamplingParams:
+def sampling_params(
+    request: ChatCompletionRequest, default_temperature: float = DEFAULT_TEMPERATURE
+) -> SamplingParams:
     """The sampling a chat completion request asks for, in the gateway's own terms."""
     return openai_sampling(
         request,
+        default_temperature,
         max_tokens=request.requested_max_tokens(),
         grammar=response_format_grammar(request),
         logprobs=(request.top_logprobs or 0) if request.logprobs else None,
@@ -334,11 +337,14 @@ def thinking_switch(effort: str | None) -> bool | None:
 
 
 def openai_sampling(
-    request: ChatCompletionRequest | CompletionRequest, **specific: Any
+    request: ChatCompletionRequest | CompletionRequest,
+    default_temperature: float = DEFAULT_TEMPERATURE,
+    **specific: Any,
 ) -> SamplingParams:
-    """The sampling fields OpenAI's chat and legacy completions share, with ``specific``."""
+    """The sampling fields OpenAI's chat and legacy completions share, with ``specific``
+    (``default_temperature``: the tier's, for a request that sets none)."""
     return SamplingParams(
-        temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
+        temperature=default_temperature if request.temperature is None else request.temperature,
         top_p=1.0 if request.top_p is None else request.top_p,
         seed=request.seed,
         stop=tuple(request.stop_list()),

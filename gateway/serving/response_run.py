@@ -111,7 +111,7 @@ def _response(
             summary=request.reasoning.summary if request.reasoning else None,
         ),
         store=request.store,
-        temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
+        temperature=_temperature(request, chat),
         text={
             "format": fmt.model_dump(mode="json", by_alias=True, exclude_none=True)
             if fmt
@@ -126,3 +126,10 @@ def _response(
         user=request.user,
         metadata=request.metadata or {},
     )
+
+
+def _temperature(request: ResponseRequest, chat: ChatRun | None) -> float:
+    """The temperature sampled with (a tier's default where the request set none)."""
+    if request.temperature is not None:
+        return request.temperature
+    return chat.chat.params.temperature if chat is not None else DEFAULT_TEMPERATURE

@@ -103,7 +103,7 @@ class ResponsesService:
         effort = request.reasoning.effort if request.reasoning else None
         sampling = SamplingParams(
             max_tokens=request.max_output_tokens,
-            temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
+            temperature=tier.temperature_for(request.temperature, DEFAULT_TEMPERATURE),
             top_p=1.0 if request.top_p is None else request.top_p,
             grammar=text_grammar(request),
         )

@@ -19,6 +19,14 @@ class Tier:
     description: str = ""
     # A base model has no chat template: chats are rendered as a plain transcript.
     base_model: bool = False
+    # The temperature of requests that set none (None: the wire format's default).
+    temperature: float | None = None
+
+    def temperature_for(self, requested: float | None, wire_default: float) -> float:
+        """A request's temperature: its own, else this tier's, else its wire format's."""
+        if requested is not None:
+            return requested
+        return self.temperature if self.temperature is not None else wire_default
 
 
 class TierRegistry:

@@ -184,7 +184,7 @@ async def open_tiers(runtime: Runtime, kit: LocalModelKit, stack: AsyncExitStack
     for name, tier_settings in settings.tiers.items():
         backend = factory.backend(name, tier_settings)
         backends.append(backend)
-        tiers[name] = make_tier(name, backend, tier_settings.model)
+        tiers[name] = make_tier(name, backend, tier_settings)
     await preload(settings, local_models)
     return make_registry(settings, tiers)
 

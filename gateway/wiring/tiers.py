@@ -113,10 +113,10 @@ class TierBackends:
         return OpenAIUpstreamBackend(name, config, self.metrics, self.scheduler)
 
 
-def make_tier(name: str, backend: Backend, model: str) -> Tier:
-    known = KNOWN_MODELS.get(model)
+def make_tier(name: str, backend: Backend, settings: TierSettings) -> Tier:
+    known = KNOWN_MODELS.get(settings.model)
     description, base_model = (known.description, known.base_model) if known else ("", False)
-    return Tier(name, backend, int(time.time()), description, base_model)
+    return Tier(name, backend, int(time.time()), description, base_model, settings.temperature)
 
 
 async def preload(settings: Settings, local_models: LocalModels) -> None:

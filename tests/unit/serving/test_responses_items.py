@@ -11,6 +11,7 @@ from gateway.errors import InvalidRequestError
 from gateway.protocol.responses import InputItem, ResponseRequest
 from gateway.serving.responses_items import (
     conversation,
+    offered_tools,
     parse_items,
     request_items,
     stored_input,
@@ -175,3 +176,58 @@ def test_text_formats_become_grammars() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     strict = grammar({"type": "json_schema", "name": "x", "schema": schema, "strict": True})
     assert '"additionalProperties": false' in strict.source
+
+
+NAMESPACED = {
+    "type": "namespace",
+    "name": "multi_agent_v1",
+    "description": "Sub-agents.",
+    "tools": [{"type": "function", "name": "close_agent", "parameters": {"type": "object"}}],
+}
+
+
+def test_a_namespace_s_functions_are_offered_under_their_group() -> None:
+    request = ResponseRequest.model_validate(
+        {"model": "m", "input": "x", "tools": [NAMESPACED, {"type": "function", "name": "f"}]}
+    )
+    offered = offered_tools(request)
+    assert offered.use is not None
+    assert [t.name for t in offered.use.tools] == ["multi_agent_v1.close_agent", "f"]
+    assert offered.namespaces == {"multi_agent_v1.close_agent": ("multi_agent_v1", "close_agent")}
+    assert "Sub-agents." in (offered.use.tools[0].description or "")
+
+
+def test_a_namespaced_call_sent_back_is_the_group_s_function() -> None:
+    items = [
+        {"type": "function_call", "call_id": "c1", "name": "close_agent", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"},
+    ]
+    items[0]["namespace"] = "multi_agent_v1"
+    (message,) = messages(items)
+    names = [call["function"]["name"] for call in message["tool_calls"]]
+    assert names == ["multi_agent_v1.close_agent", "f"]
+
+
+def test_a_named_choice_in_a_namespace_and_unknown_names() -> None:
+    base = {"model": "m", "input": "x", "tools": [NAMESPACED]}
+    choice = {"type": "function", "name": "close_agent", "namespace": "multi_agent_v1"}
+    offered = offered_tools(ResponseRequest.model_validate({**base, "tool_choice": choice}))
+    assert offered.use is not None and offered.use.choice.name == "multi_agent_v1.close_agent"
+    with pytest.raises(ValueError, match="unknown function"):
+        ResponseRequest.model_validate(
+            {**base, "tool_choice": {"type": "function", "name": "close_agent"}}
+        )
+
+
+def test_hosted_tools_are_refused_or_dropped_as_configured() -> None:
+    hosted = {"type": "web_search", "external_web_access": False}
+    request = ResponseRequest.model_validate(
+        {"model": "m", "input": "x", "tools": [hosted, {"type": "function", "name": "f"}]}
+    )
+    with pytest.raises(InvalidRequestError, match="web_search") as refused:
+        offered_tools(request)
+    assert refused.value.param == "tools[0].type"
+    dropped = offered_tools(request, "drop")
+    assert dropped.dropped == ("web_search",) and dropped.use is not None
+    only_hosted = ResponseRequest.model_validate({"model": "m", "input": "x", "tools": [hosted]})
+    assert offered_tools(only_hosted, "drop").use is None

@@ -98,3 +98,20 @@ def test_an_empty_reply_is_an_empty_message() -> None:
     assert events[0].type == "response.output_item.added"
     [message] = builder.output()
     assert message.type == "message" and message.content[0].text == ""
+
+
+def test_a_namespaced_call_comes_back_with_its_group_and_own_name() -> None:
+    builder = OutputBuilder({"multi_agent_v1.close_agent": ("multi_agent_v1", "close_agent")})
+    events = run(
+        builder,
+        [CallStart(0, "call_1", "multi_agent_v1.close_agent"), CallArguments(0, "{}")],
+        {"call_1"},
+    )
+    added = events[0].item
+    assert (added.name, added.namespace) == ("close_agent", "multi_agent_v1")
+    (item,) = builder.output()
+    dumped = item.model_dump(mode="json")
+    assert dumped["name"] == "close_agent" and dumped["namespace"] == "multi_agent_v1"
+    plain = OutputBuilder()
+    run(plain, [CallStart(0, "call_2", "f"), CallArguments(0, "{}")], {"call_2"})
+    assert "namespace" not in plain.output()[0].model_dump(mode="json")
