@@ -49,9 +49,11 @@ model: $(STAMP)
 test-models: setup
 	$(PY) -m gateway models import gemma-3-270m
 
-# Debian's prometheus for the real-scrape test (installed when root with apt, else skipped).
+# Debian's prometheus for the real-scrape test (installed when root with apt, else skipped);
+# the agents' own npm clients (Codex CLI, Anthropic's Node SDK) for the agent tests.
 test-tools:
 	@bash ops/ensure-test-tools.sh
+	@bash ops/ensure-agent-clients.sh
 
 bench: setup
 	$(PY) -m gateway bench

@@ -27,7 +27,7 @@ from gateway.seam.placement import PLACEMENT, Placement
 
 T = TypeVar("T")
 
-OPENING_GRACE_SECONDS = 0.025
+OPENING_GRACE_SECONDS = 0.01
 PEER_RECHECK_SECONDS = 0.01  # how often a start handed to a peer is looked at again
 
 
