@@ -21,6 +21,7 @@ BENCHMARKS = {
     ),
     "typing": "time to first token cold vs after a ready typing hint (1,500+ token context)",
     "task-hint": "a background task's latency sent right after its typing hint vs without one",
+    "opening": "a Responses stream's first event by prompt length, with and without 20 tools",
     "structured": "decode tokens/s with constrained decoding (llguidance) vs without",
     "embeddings": "POST /v1/embeddings inputs/s for batches of 1, 8 and 32 short texts",
     "versus": "the gateway vs mlx_lm.server: cold, multi-turn and hinted TTFT, decode tokens/s",
@@ -44,7 +45,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", help="also write the JSON result to this file")
     parser.add_argument(
         "--baseline",
-        help="chat, ceiling, priority, task-hint: the source folder of another version of the "
+        help="chat, ceiling, priority, task-hint, opening: the source folder of another version of the "
         "gateway (a git worktree of an earlier commit), served alongside this one in the same "
         "runs, for before/after",
     )

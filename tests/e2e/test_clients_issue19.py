@@ -111,7 +111,7 @@ def test_a_truncated_anthropic_tool_call_is_returned_unstreamed(gateway: Running
     client = anthropic_client(gateway)
     request = {
         "model": MODEL,
-        "max_tokens": 16,  # past the call's name, inside its arguments
+        "max_tokens": 3,  # inside its arguments (the call's wrapper is not counted)
         "extra_body": {"temperature": 0.0},
         "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
         "tools": [
