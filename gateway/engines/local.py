@@ -22,7 +22,7 @@ from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.residency import LocalModels, Resident
 from gateway.engines.runner import Generation, ModelRunner, PromptState
 from gateway.errors import InvalidRequestError
-from gateway.scheduler.jobs import JobHandle, JobSpec, JobState
+from gateway.scheduler.jobs import JobHandle, JobKind, JobSpec, JobState
 from gateway.scheduler.pacing import JobStep, PassPoint
 from gateway.scheduler.slot import Scheduler
 from gateway.seam.backend import (
@@ -262,13 +262,13 @@ class LocalBackend:
                 else await self.render(request.messages, request.tools)
             )
             request = replace(request, prompt=prompt)
-        runner = self._paced(await self.models.acquire(self.resident, request.priority))
+        runner = await self.models.acquire(self.resident, request.priority)
         try:
             job = self.scheduler.submit(
                 JobSpec(
                     priority=request.priority,
                     work=lambda: self._work(runner, request),
-                    kind="speculation" if request.speculative else "chat",
+                    kind=JobKind.SPECULATION if request.speculative else JobKind.CHAT,
                 )
             )
             self._jobs[request.id] = job
@@ -382,7 +382,7 @@ class LocalBackend:
                 for tokens in token_lists:
                     yield runner.embed(tokens)
 
-            job = self.scheduler.submit(JobSpec(priority=priority, work=work, kind="embed"))
+            job = self.scheduler.submit(JobSpec(priority=priority, work=work, kind=JobKind.EMBED))
             vectors: list[tuple[float, ...]] = []
             try:
                 async for vector in job.events():
@@ -399,11 +399,11 @@ class LocalBackend:
     async def warm(
         self, hint_id: str, tokens: Sequence[int], session: str | None = None
     ) -> LocalWarmup:
-        runner = self._paced(await self.models.acquire(self.resident))
+        runner = await self.models.acquire(self.resident)
         spec = JobSpec(
             Priority.USER,
             work=lambda: self._prefill(runner, list(tokens)),
-            kind="prefill",
+            kind=JobKind.PREFILL,
             id=f"prefill-{hint_id}",
         )
         try:
@@ -431,23 +431,17 @@ class LocalBackend:
             if offset > 0:
                 self.prefix_store.insert(self.tier, PromptState(cache, tuple(tokens[:offset])))
 
-    def _paced(self, runner: ModelRunner) -> ModelRunner:
-        """Chunks and decode steps paced by the scheduler (who may arrive), where it can."""
-        if hasattr(runner, "pacing"):
-            runner.pacing = self.scheduler
-        return runner
-
     def note_typing(self, holder: str) -> None:
-        self.scheduler.note_typing(holder)
+        self.scheduler.typing.note_typing(holder)
 
     def end_typing(self, holder: str) -> None:
-        self.scheduler.end_typing(holder)
+        self.scheduler.typing.end_typing(holder)
 
     def hold_prefill_freeze(self, holder: str) -> None:
-        self.scheduler.hold_prefill_freeze(holder)
+        self.scheduler.typing.hold_prefill_freeze(holder)
 
     def release_prefill_freeze(self, holder: str) -> None:
-        self.scheduler.release_prefill_freeze(holder)
+        self.scheduler.typing.release_prefill_freeze(holder)
 
     # -- state -------------------------------------------------------------------------------
 

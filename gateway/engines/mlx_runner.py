@@ -241,6 +241,7 @@ class MLXRunner:
         default_stop: tuple[str, ...] = (),
         weights: WeightsMode | None = None,
         experts: StreamedExperts | None = None,
+        pacing: Pacing | None = None,
     ) -> None:
         import mlx.core as mx
 
@@ -271,7 +272,8 @@ class MLXRunner:
             self.prefill_chunk_tokens = max(self.prefill_chunk_tokens, QUANTIZED_CPU_CHUNK)
         # Who may arrive, as the scheduler sees it: each prefill chunk's budget (small while a
         # user may be waiting) and whether a decode step may be queued ahead. None: always
-        # the engine's own chunk, always one step ahead.
+        # the engine's own chunk, always one step ahead (so is the warm-up below; ``pacing``
+        # is set after it).
         self.pacing: Pacing | None = None
         self._seconds_per_token: float | None = None  # of the last prefill chunk
         self._seconds_per_step: float | None = None  # of decode steps, lately
@@ -280,6 +282,7 @@ class MLXRunner:
         )
         self._speller: TokenSpeller | None = None  # built on the first request for logprobs
         self._warm_up()
+        self.pacing = pacing
         mx.reset_peak_memory()  # report the serving peak, not the load-time conversion
         log.info("model %s ready on %s", model_id, compute.as_dict())
 

@@ -25,7 +25,7 @@ from gateway.engines.runner import ModelRunner
 from gateway.engines.weights import WeightsChoice
 from gateway.errors import ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
-from gateway.scheduler.jobs import JobSpec
+from gateway.scheduler.jobs import JobKind, JobSpec
 from gateway.scheduler.slot import Scheduler
 from gateway.seam.backend import Priority
 
@@ -182,7 +182,7 @@ class LocalModels:
 
         try:
             job = self.scheduler.submit(
-                JobSpec(priority, work=work, kind="load", preemptible=False)
+                JobSpec(priority, work=work, kind=JobKind.LOAD, preemptible=False)
             )
         except BaseException as exc:
             resident.loading = None

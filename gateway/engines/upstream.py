@@ -27,6 +27,7 @@ from httpx_sse import EventSource
 
 from gateway.errors import UpstreamError, UpstreamRejectedError, UpstreamTimeoutError
 from gateway.metrics import GatewayMetrics
+from gateway.scheduler.jobs import JobKind
 from gateway.scheduler.lease import SlotLease
 from gateway.scheduler.slot import Scheduler
 from gateway.seam.backend import (
@@ -144,7 +145,7 @@ class OpenAIUpstreamBackend:
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
         lease = (
-            SlotLease(self.scheduler, request.priority, kind="upstream")
+            SlotLease(self.scheduler, request.priority, JobKind.UPSTREAM)
             if self.scheduler is not None
             else contextlib.nullcontext()
         )

@@ -85,6 +85,7 @@ class PeerInbox:
     def hello(self) -> Hello:
         prompts = self.tasks.prompts
         registry = self.tasks.chat.registry
+        slot = self.scheduler.view()
         return Hello(
             node_id=self.node_id,
             version=self.version,
@@ -94,10 +95,7 @@ class PeerInbox:
                 task_id: prompts.tier_of(task).backend.model_id
                 for task_id, task in prompts.catalog.tasks.items()
             },
-            slot=SlotState(
-                busy=not self.scheduler.idle,
-                queues={p.label: len(q) for p, q in self.scheduler.queues.items()},
-            ),
+            slot=SlotState(busy=not slot.idle, queues=dict(slot.queued)),
         )
 
     async def accept(self, ticket: Ticket) -> TaskRun:

@@ -31,7 +31,8 @@ class OpsController(Controller):
         tasks: NamedDependency[TaskService],
         peers: NamedDependency[Peers | None],
     ) -> dict[str, Any]:
-        if not scheduler.alive:  # no request would be served: a supervisor should restart us
+        slot = scheduler.view()
+        if not slot.alive:  # no request would be served: a supervisor should restart us
             raise ServiceUnavailableError("the inference slot's dispatcher has stopped")
         states = await tier_health(registry)
         return {
@@ -53,7 +54,7 @@ class OpsController(Controller):
             },
             "models": registry.names(),
             "tasks_hash": tasks.prompts.catalog.hash,
-            "slot_busy": scheduler.running is not None,
+            "slot_busy": slot.slot_busy,
             "memory": local_models.memory(),
             "peers": peers.describe() if peers is not None else [],
             **({"discovery": peers.discovery()} if peers and peers.settings.discover else {}),

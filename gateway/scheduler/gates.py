@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.seam.backend import Priority
@@ -83,3 +84,35 @@ class Gates:
             if t > now
         ]
         return min(times) if times else None
+
+
+class TypingGates:
+    """The typing hints' signals to the gates (a backend's ``note_typing`` and its kin), as a
+    handle: each changes the gates on the event loop, then calls ``changed`` (the scheduler
+    republishes its state and wakes its dispatcher)."""
+
+    def __init__(
+        self, gates: Gates, clock: Callable[[], float], changed: Callable[[], None]
+    ) -> None:
+        self._gates = gates
+        self._clock = clock
+        self._changed = changed
+
+    def note_typing(self, holder: str) -> None:
+        """A typing hint (``holder``) arrived: (re)close the typing lock."""
+        self._gates.note_typing(holder, self._clock())
+        self._changed()
+
+    def end_typing(self, holder: str) -> None:
+        """The request ``holder`` announced has come: its keystrokes hold nothing more."""
+        self._gates.typing_holders.pop(holder, None)
+        self._changed()
+
+    def hold_prefill_freeze(self, holder: str) -> None:
+        """(Re)close the prefill freeze for ``holder``, for at most ``freeze_max``."""
+        self._gates.freeze_holders[holder] = self._clock()
+        self._changed()
+
+    def release_prefill_freeze(self, holder: str) -> None:
+        self._gates.freeze_holders.pop(holder, None)
+        self._changed()

@@ -35,6 +35,17 @@ class JobState(StrEnum):
     FAILED = "failed"
 
 
+class JobKind(StrEnum):
+    """What a job does with the slot (``GET /v1/scheduler`` shows it; the policy reads it)."""
+
+    CHAT = "chat"  # a generation: chat, completion, task
+    SPECULATION = "speculation"  # speculative first tokens: gives way to anything waiting
+    EMBED = "embed"
+    PREFILL = "prefill"  # a typing hint's prefill
+    LOAD = "load"  # loading a model's weights
+    UPSTREAM = "upstream"  # a lease: a server on this machine computes (``SlotLease``)
+
+
 FINISHED = frozenset({JobState.DONE, JobState.CANCELLED, JobState.FAILED})
 _END = object()
 _ids = itertools.count(1)
@@ -70,7 +81,7 @@ class JobSpec:
 
     priority: Priority
     work: Callable[[], Iterator[Any]]
-    kind: str = "chat"
+    kind: JobKind = JobKind.CHAT
     preemptible: bool = True
     id: str = field(default_factory=lambda: f"job-{next(_ids)}")
 
@@ -113,7 +124,7 @@ class Job:
         return self.spec.priority
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> JobKind:
         return self.spec.kind
 
     @property
@@ -156,7 +167,7 @@ class JobHandle:
         return self._job.id
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> JobKind:
         return self._job.kind
 
     @property

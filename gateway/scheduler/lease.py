@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from types import TracebackType
 
-from gateway.scheduler.jobs import JobHandle, JobSpec, JobState
+from gateway.scheduler.jobs import JobHandle, JobKind, JobSpec, JobState
 from gateway.scheduler.slot import Scheduler
 from gateway.seam.backend import Priority
 
@@ -25,7 +25,9 @@ GRANTED = "granted"
 class SlotLease:
     """``async with SlotLease(scheduler, priority):`` holds the slot for the block's duration."""
 
-    def __init__(self, scheduler: Scheduler, priority: Priority, kind: str) -> None:
+    def __init__(
+        self, scheduler: Scheduler, priority: Priority, kind: JobKind = JobKind.UPSTREAM
+    ) -> None:
         self.scheduler = scheduler
         self._released = threading.Event()
         self.spec = JobSpec(priority, work=self._hold, kind=kind, preemptible=False)

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gateway.scheduler.gates import Gates
-from gateway.scheduler.jobs import Job, JobState
+from gateway.scheduler.jobs import Job, JobKind, JobState
 from gateway.seam.backend import Priority
 
-SPECULATION = "speculation"  # the job kind of speculative first tokens
 HINT_RANK = 0.5  # the hint lane: after user jobs, before task work
 MAX_RETRY_AFTER = 600  # seconds
 
@@ -109,7 +108,7 @@ def would_wait(
         return True
     if gates.holds(priority, now):
         return True
-    if running is None or running.finished or running.kind == SPECULATION:
+    if running is None or running.finished or running.kind == JobKind.SPECULATION:
         return False
     return not (priority is Priority.USER and paused_by_user_jobs(running))
 
@@ -121,7 +120,7 @@ def on_waiting(
     resumed; task, background and hint work pauses for a waiting user job."""
     if running is None:
         return OnWaiting.KEEP
-    if running.kind == SPECULATION:
+    if running.kind == JobKind.SPECULATION:
         if not running.cancel_requested and any(waiting(queue) for queue in lanes):
             return OnWaiting.CANCEL
         return OnWaiting.KEEP

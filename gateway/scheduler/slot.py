@@ -1,6 +1,12 @@
 """The single-slot scheduler: one inference at a time, the rest ordered by class and gates.
 
-One asyncio task (the dispatcher) owns the queues and the slot; handlers only ``submit``.
+The queues, the gates and the slot live on the event loop: handlers ``submit`` and send the
+typing signals (``Scheduler.typing``), one asyncio task (the dispatcher) picks and runs the
+jobs. After each change the loop publishes a frozen ``SlotState``
+(``gateway.scheduler.state``); the inference thread, asking for pacing between passes, reads
+only that, never a queue or a gate another thread is changing. Peers and ``/health`` read a
+``SchedulerView``.
+
 Typing-hint prefills wait in a lane of their own (``submit_hint``): bounded, the newest per
 session kept, after every waiting user job and before task work, and paused by a user job like
 any background work (a flood of hints once filled the user queue: a chat got a 429).
@@ -26,12 +32,13 @@ from typing import Any
 
 from gateway.errors import QueueFullError, ServiceUnavailableError
 from gateway.scheduler import pacing, policy
-from gateway.scheduler.gates import GATE_NAMES, Gates
+from gateway.scheduler.gates import GATE_NAMES, Gates, TypingGates
 from gateway.scheduler.handoff import EventHandoff
 from gateway.scheduler.jobs import Job, JobHandle, JobSpec, JobState
 from gateway.scheduler.observer import SchedulerObserver
 from gateway.scheduler.pacing import PASS_POINT, ChunkBudget
 from gateway.scheduler.policy import OnWaiting, SchedulerConfig
+from gateway.scheduler.state import SchedulerView, SlotState
 from gateway.seam.backend import Priority, TokenEvent
 
 log = logging.getLogger(__name__)
@@ -60,6 +67,7 @@ class Scheduler:
         self.observer = observer
         self.clock = clock
         self.gates = Gates(config.pipeline_grace, config.typing_quiet, config.prefill_freeze_max)
+        self.typing = TypingGates(self.gates, clock, self._changed)
         self.queues: dict[Priority, deque[Job]] = {p: deque() for p in Priority}
         self.hint_queue: deque[Job] = deque()
         self.running: Job | None = None
@@ -69,12 +77,15 @@ class Scheduler:
         self._occupancy_lock = threading.Lock()
         self._mean_job_seconds = 5.0
         # Recent user jobs' slot-to-first-token seconds: how fine background passes are cut.
+        # The inference thread's own: written and read there only.
         self._user_first_tokens: deque[float] = deque(maxlen=8)
+        # What the inference thread reads (``gateway.scheduler.state``): replaced, never changed.
+        self.state = SlotState()
         self._wakeup = asyncio.Event()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._publish_gauges()  # every lane and gate shows from the start, at zero
+        self._publish()  # every lane and gate shows from the start, at zero
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -98,6 +109,7 @@ class Scheduler:
                 self._finish(
                     queue.popleft(), JobState.CANCELLED, ServiceUnavailableError("shutting down")
                 )
+        self._publish()
         self._thread.shutdown(wait=True, cancel_futures=True)
 
     async def run_on_engine_thread(self, fn: Callable[[], Any]) -> Any:
@@ -150,59 +162,20 @@ class Scheduler:
         return JobHandle(job, self._withdraw)
 
     # -- pacing (``gateway.scheduler.pacing.Pacing``: asked on the inference thread) ---------
+    # Each answer reads ``self.state`` once: the loop may publish a new one meanwhile.
 
     def chunk_budget(self, base: int) -> ChunkBudget:
         """The running job's next prefill chunk (``gateway.scheduler.pacing``)."""
-        running = self.running
-        return pacing.prefill_chunk_budget(
-            base,
-            runs_user_job=_runs_user_job(running),
-            runs_hint=running is not None and running.hint,
-            may_arrive=self._user_may_arrive(),
-        )
+        return self.state.chunk_budget(base, self.clock())
 
     def decode_ahead(self) -> bool:
         """Whether the running job may queue a decode step ahead (``pacing.decodes_ahead``)."""
-        running = self.running  # asked every token: only the running job's own flags
-        return pacing.decodes_ahead(
-            stopping=running is not None
-            and (running.preempt_requested or running.cancel_requested),
-        )
+        return pacing.decodes_ahead(stopping=self.state.stopping)  # asked every token
 
     def pause_grain(self) -> float | None:
         """The running job's longest compute between pause points (``pacing.pause_grain``)."""
-        return pacing.pause_grain(
-            runs_user_job=_runs_user_job(self.running),
-            may_arrive=self._user_may_arrive(),
-            user_first_token=min(self._user_first_tokens, default=None),
-        )
-
-    def _user_may_arrive(self) -> bool:
-        gates, now = self.gates, self.clock()
-        return pacing.user_may_arrive(
-            user_waiting=policy.waiting(self.queues[Priority.USER]),
-            typing=gates.closed(now)["typing_lock"] or bool(gates.freeze_holders),
-            since_user_job=0.0 if gates.user_running else now - gates.last_user_end,
-        )
-
-    def note_typing(self, holder: str) -> None:
-        """A typing hint (``holder``) arrived: (re)close the typing lock."""
-        self.gates.note_typing(holder, self.clock())
-        self._changed()
-
-    def end_typing(self, holder: str) -> None:
-        """The request ``holder`` announced has come: its keystrokes hold nothing more."""
-        self.gates.typing_holders.pop(holder, None)
-        self._changed()
-
-    def hold_prefill_freeze(self, holder: str) -> None:
-        """(Re)close the prefill freeze for ``holder``, for at most ``prefill_freeze_max``."""
-        self.gates.freeze_holders[holder] = self.clock()
-        self._changed()
-
-    def release_prefill_freeze(self, holder: str) -> None:
-        self.gates.freeze_holders.pop(holder, None)
-        self._changed()
+        first_token = min(self._user_first_tokens, default=None)
+        return self.state.pause_grain(self.clock(), first_token)
 
     def reject_waiting(self, error: BaseException) -> int:
         """Fail every job that has not started yet with ``error`` (shutting down)."""
@@ -231,6 +204,15 @@ class Scheduler:
     @property
     def idle(self) -> bool:
         return self.running is None and not any(self._all_queues())
+
+    def view(self) -> SchedulerView:
+        """Whether the dispatcher runs and how busy the slot is (peers, ``/health``)."""
+        return SchedulerView(
+            alive=self.alive,
+            slot_busy=self.running is not None,
+            idle=self.idle,
+            queued={p.label: len(q) for p, q in self.queues.items()},
+        )
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON view of the slot, the queues and the gates (``GET /v1/scheduler``)."""
@@ -264,7 +246,7 @@ class Scheduler:
     def _changed(self) -> None:
         self._wakeup.set()
         self._maybe_preempt()
-        self._publish_gauges()
+        self._publish()
 
     def _maybe_preempt(self) -> None:
         running = self.running
@@ -301,7 +283,7 @@ class Scheduler:
                 now = self.clock()
                 self._expire_waiting(now)
                 job = policy.pick(self._all_queues(), self.gates, now, self.config.ageing_after)
-                self._publish_gauges()
+                self._publish()  # after the expired jobs left
                 if job is None:
                     deadline = policy.next_deadline(
                         self._all_queues(), self.gates, now, self.config
@@ -326,6 +308,7 @@ class Scheduler:
         for queue in self._all_queues():
             while queue:
                 self._finish(queue.popleft(), JobState.FAILED, error)
+        self._publish()
 
     def _refuse_when_dead(self) -> None:
         if self._task is not None and self._task.done():
@@ -350,8 +333,8 @@ class Scheduler:
         if _runs_user_job(job):
             self.gates.user_running = True
         self.observer.slot_taken()
-        self._publish_gauges()
         self._maybe_preempt()  # a user job may have queued while this one waited
+        self._publish()
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         try:
@@ -363,11 +346,13 @@ class Scheduler:
             if _runs_user_job(job):
                 self.gates.user_running = False
                 self.gates.last_user_end = self.clock()
+            self._publish()
         if end == _SliceEnd.PREEMPTED:
             job.state = JobState.PREEMPTED
             job.preemptions += 1
             self.observer.job_preempted(_label(job), job.paused_inside_pass)
             self._queue_of(job).appendleft(job)
+            self._publish()
             await self._limit_paused_memory()
         elif end == _SliceEnd.CANCELLED:
             self.observer.job_cancelled(job.priority.label, "running")
@@ -466,7 +451,21 @@ class Scheduler:
         job.close_outbox()
         self._wakeup.set()
 
-    def _publish_gauges(self) -> None:
+    def _publish(self) -> None:
+        """Publish the state the inference thread reads (one assignment), then the gauges.
+        Called on the loop after every change to the queues, the gates or the slot."""
+        running, gates = self.running, self.gates
+        self.state = SlotState(
+            runs_user_job=_runs_user_job(running),
+            runs_hint=running is not None and running.hint,
+            stopping=running is not None
+            and (running.preempt_requested or running.cancel_requested),
+            user_waiting=policy.waiting(self.queues[Priority.USER]),
+            user_running=gates.user_running,
+            last_user_end=gates.last_user_end,
+            typing_until=gates.typing_ends(),
+            freeze_held=bool(gates.freeze_holders),
+        )
         closed = self.gates.closed(self.clock())
         depths = {priority.label: len(queue) for priority, queue in self.queues.items()}
         depths[HINT_LANE] = len(self.hint_queue)

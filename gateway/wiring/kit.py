@@ -21,6 +21,7 @@ from gateway.engines.runner import ModelRunner
 from gateway.engines.weights import WeightsChoice, WeightsMode, choose_weights, plan_streamed
 from gateway.modelstore.sources import ResolvedModel, parse_model_ref, resolve
 from gateway.modelstore.store import ModelStore
+from gateway.scheduler.pacing import Pacing
 
 log = logging.getLogger("gateway")
 
@@ -50,8 +51,10 @@ class LocalModelKit(Protocol):
         weights: WeightsMode,
         /,
         experts: StreamedExperts | None = None,
+        pacing: Pacing | None = None,
     ) -> ModelRunner:
-        """A loaded runner (a ``RunnerFactory``); called on the inference thread."""
+        """A loaded runner (a ``RunnerFactory``); called on the inference thread. ``pacing``:
+        what its passes ask between them (the scheduler)."""
         ...
 
     def memory(self) -> dict[str, int]:
@@ -85,11 +88,14 @@ class MLXModelKit:
         weights: WeightsMode,
         /,
         experts: StreamedExperts | None = None,
+        pacing: Pacing | None = None,
     ) -> ModelRunner:
         from gateway.engines.mlx_runner import MLXRunner
 
         model = resolve_model(self.settings, model_id)
-        return MLXRunner(model_id, model.folder, compute, model.default_stop, weights, experts)
+        return MLXRunner(
+            model_id, model.folder, compute, model.default_stop, weights, experts, pacing
+        )
 
     def memory(self) -> dict[str, int]:
         from gateway.engines.mlx_runner import mlx_memory
@@ -127,7 +133,9 @@ class GivenRunnerKit:
         weights: WeightsMode,
         /,
         experts: StreamedExperts | None = None,
+        pacing: Pacing | None = None,
     ) -> ModelRunner:
+        # A test's runner is a fake: it computes no passes to pace.
         if experts is None:  # a test's factory may not take them
             return self.factory(model_id, compute, weights)
         return self.factory(model_id, compute, weights, experts=experts)

@@ -75,7 +75,11 @@ class TierBackends:
             return distributed_backend(name, tier, self.settings, self.metrics, self.scheduler)
         weights = self.weights.get(name)
         load = functools.partial(
-            self.kit.build_runner, tier.model, self.compute, weights.mode if weights else "native"
+            self.kit.build_runner,
+            tier.model,
+            self.compute,
+            weights.mode if weights else "native",
+            pacing=self.scheduler,  # its passes ask the slot who may arrive
         )
         expert_stats = None
         if weights is not None and weights.experts is not None:

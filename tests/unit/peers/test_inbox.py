@@ -18,6 +18,7 @@ from gateway.errors import (
 from gateway.peers.inbox import PeerInbox
 from gateway.peers.signing import NONCE, RequestVerifier, ResponseSigner, sign
 from gateway.protocol.peer import Ticket, TicketError, TicketResult, TicketStarted, TicketToken
+from gateway.scheduler.state import SchedulerView
 from gateway.seam.backend import Priority
 from gateway.serving.tasks import TaskService
 from tests.unit.fake_tasks import ScriptedBackend, make_task_service
@@ -27,13 +28,15 @@ PATH = "/v1/peer/tickets"
 
 
 class SeatStandIn:
-    """What the inbox asks of the scheduler: would a job wait, is the slot idle, the queues."""
+    """What the inbox asks of the scheduler: would a job wait, its view (idle, the queues)."""
 
     def __init__(self, busy: bool = False) -> None:
         self.busy = busy
-        self.idle = not busy
-        self.queues: dict[Priority, list[object]] = {p: [] for p in Priority}
         self.asked: list[Priority] = []
+
+    def view(self) -> SchedulerView:
+        queued = {p.label: 0 for p in Priority}
+        return SchedulerView(alive=True, slot_busy=self.busy, idle=not self.busy, queued=queued)
 
     def would_wait(self, priority: Priority) -> bool:
         self.asked.append(priority)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gateway.scheduler.jobs import JobSpec, JobState
+from gateway.scheduler.jobs import JobKind, JobSpec, JobState
 from gateway.scheduler.pacing import (
     MIN_PAUSE_GRAIN_SECONDS,
     PAUSE_GRAIN_SECONDS,
@@ -25,7 +25,9 @@ from tests.unit.scheduler.test_slot import FakeEngine, blocked_slot, make_schedu
 
 def hint(engine: FakeEngine, name: str, steps: int = 1, step_seconds: float = 0.002) -> JobSpec:
     return JobSpec(
-        Priority.USER, engine.work(name, steps=steps, step_seconds=step_seconds), kind="prefill"
+        Priority.USER,
+        engine.work(name, steps=steps, step_seconds=step_seconds),
+        kind=JobKind.PREFILL,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.metrics import GatewayMetrics
-from gateway.scheduler.jobs import JobSpec
+from gateway.scheduler.jobs import JobKind, JobSpec
 from gateway.scheduler.lease import SlotLease
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
 from gateway.seam.backend import Priority
@@ -21,7 +21,7 @@ async def test_a_lease_holds_the_slot_until_released() -> None:
     await scheduler.start()
     try:
         ran: list[str] = []
-        async with SlotLease(scheduler, Priority.USER, kind="upstream"):
+        async with SlotLease(scheduler, Priority.USER, kind=JobKind.UPSTREAM):
             assert scheduler.snapshot()["slot"]["kind"] == "upstream"
             other = scheduler.submit(
                 JobSpec(Priority.USER, work=lambda: iter([ran.append("other")]))
@@ -39,8 +39,8 @@ async def test_a_lease_withdrawn_while_queued_never_runs() -> None:
     scheduler = make()
     await scheduler.start()
     try:
-        async with SlotLease(scheduler, Priority.USER, kind="upstream"):
-            waiting = SlotLease(scheduler, Priority.TASK, kind="upstream")
+        async with SlotLease(scheduler, Priority.USER, kind=JobKind.UPSTREAM):
+            waiting = SlotLease(scheduler, Priority.TASK, kind=JobKind.UPSTREAM)
             entering = asyncio.create_task(waiting.__aenter__())
             await asyncio.sleep(0.05)
             entering.cancel()

@@ -7,7 +7,7 @@ from typing import Any
 
 from gateway.scheduler import policy
 from gateway.scheduler.gates import Gates
-from gateway.scheduler.jobs import Job, JobSpec, JobState
+from gateway.scheduler.jobs import Job, JobKind, JobSpec, JobState
 from gateway.scheduler.policy import OnWaiting, SchedulerConfig
 from gateway.seam.backend import Priority
 
@@ -44,7 +44,7 @@ def job(
     session: str | None = None,
     preemptions: int = 0,
     preemptible: bool = True,
-    kind: str = "chat",
+    kind: JobKind = JobKind.CHAT,
     state: JobState = JobState.QUEUED,
     started_at: float | None = None,
     holds_memory: bool = False,
@@ -179,7 +179,7 @@ def test_the_running_job_makes_wait_whoever_cannot_preempt_it() -> None:
 
 
 def test_speculation_and_finished_work_make_nobody_wait() -> None:
-    speculation = job(USER, kind=policy.SPECULATION, state=JobState.RUNNING, preemptible=False)
+    speculation = job(USER, kind=JobKind.SPECULATION, state=JobState.RUNNING, preemptible=False)
     assert not would_wait(BACKGROUND, running=speculation)
     assert not would_wait(USER, running=job(USER, state=JobState.DONE))
 
@@ -204,7 +204,7 @@ def test_preemptible_work_pauses_for_a_waiting_user_job_only() -> None:
 
 
 def test_speculation_gives_way_to_anything_and_once() -> None:
-    speculation = job(USER, kind=policy.SPECULATION, preemptible=False)
+    speculation = job(USER, kind=JobKind.SPECULATION, preemptible=False)
     assert on_waiting(speculation) is OnWaiting.KEEP
     assert on_waiting(speculation, job(BACKGROUND)) is OnWaiting.CANCEL
     assert on_waiting(speculation, job(USER, hint=True)) is OnWaiting.CANCEL

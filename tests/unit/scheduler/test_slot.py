@@ -12,7 +12,7 @@ import pytest
 
 from gateway.errors import QueueFullError, ServiceUnavailableError
 from gateway.metrics import GatewayMetrics
-from gateway.scheduler.jobs import JobHandle, JobSpec, JobState
+from gateway.scheduler.jobs import JobHandle, JobKind, JobSpec, JobState
 from gateway.scheduler.pacing import PASS_POINT
 from gateway.scheduler.slot import Scheduler, SchedulerConfig
 from gateway.seam.backend import Priority
@@ -210,13 +210,13 @@ async def test_typing_lock_holds_background_until_quiet() -> None:
     scheduler = make_scheduler(typing_quiet=0.3)
     await scheduler.start()
     engine = FakeEngine()
-    scheduler.note_typing("hint-1")
+    scheduler.typing.note_typing("hint-1")
     typed = time.monotonic()
     background = scheduler.submit(JobSpec(Priority.BACKGROUND, engine.work("bg", steps=1)))
     user = scheduler.submit(JobSpec(Priority.USER, engine.work("user", steps=1)))
     await user.wait()
     await asyncio.sleep(0.1)
-    scheduler.note_typing("hint-2")  # still typing: the lock is closed again
+    scheduler.typing.note_typing("hint-2")  # still typing: the lock is closed again
     retyped = time.monotonic()
     await background.wait()
     assert time.monotonic() - retyped >= 0.29
@@ -228,14 +228,14 @@ async def test_the_request_a_hint_announced_ends_its_typing() -> None:
     scheduler = make_scheduler(typing_quiet=30.0)
     await scheduler.start()
     engine = FakeEngine()
-    scheduler.note_typing("hint-a")
-    scheduler.note_typing("hint-b")  # someone else types too
+    scheduler.typing.note_typing("hint-a")
+    scheduler.typing.note_typing("hint-b")  # someone else types too
     background = scheduler.submit(JobSpec(Priority.BACKGROUND, engine.work("bg", steps=1)))
-    scheduler.end_typing("hint-a")
+    scheduler.typing.end_typing("hint-a")
     await asyncio.sleep(0.05)
     assert scheduler.snapshot()["gates"]["typing_lock"] is True  # hint-b still holds it
     assert background.state is JobState.QUEUED
-    scheduler.end_typing("hint-b")
+    scheduler.typing.end_typing("hint-b")
     await asyncio.wait_for(background.wait(), 5)  # nobody types: at once, not after 30 s
     assert scheduler.snapshot()["gates"]["typing_lock"] is False
     await scheduler.stop()
@@ -243,7 +243,7 @@ async def test_the_request_a_hint_announced_ends_its_typing() -> None:
 
 async def test_prefill_freeze_admits_only_user_jobs(scheduler: Scheduler) -> None:
     engine = FakeEngine()
-    scheduler.hold_prefill_freeze("hint-1")
+    scheduler.typing.hold_prefill_freeze("hint-1")
     task = scheduler.submit(JobSpec(Priority.TASK, engine.work("task", steps=1)))
     background = scheduler.submit(JobSpec(Priority.BACKGROUND, engine.work("bg", steps=1)))
     user = scheduler.submit(JobSpec(Priority.USER, engine.work("user", steps=1)))
@@ -251,7 +251,7 @@ async def test_prefill_freeze_admits_only_user_jobs(scheduler: Scheduler) -> Non
     await asyncio.sleep(0.05)
     assert engine.started == ["user"]
     assert scheduler.snapshot()["gates"]["prefill_freeze"] is True
-    scheduler.release_prefill_freeze("hint-1")
+    scheduler.typing.release_prefill_freeze("hint-1")
     await asyncio.gather(task.wait(), background.wait())
     assert engine.started == ["user", "task", "bg"]
 
@@ -333,7 +333,7 @@ async def test_an_abandoned_freeze_holds_task_work_at_most_its_bound() -> None:
     await scheduler.start()
     engine = FakeEngine()
     held_at = time.monotonic()
-    scheduler.hold_prefill_freeze("hint-abandoned")  # never released: nobody followed it up
+    scheduler.typing.hold_prefill_freeze("hint-abandoned")  # never released: nobody followed it up
     task = scheduler.submit(JobSpec(Priority.TASK, engine.work("task", steps=1)))
     await asyncio.wait_for(task.wait(), 3)
     waited = time.monotonic() - held_at
@@ -348,7 +348,7 @@ async def test_any_job_cancels_a_running_speculation(scheduler: Scheduler) -> No
         JobSpec(
             Priority.USER,
             engine.work("speculation", steps=1000, step_seconds=0.005),
-            kind="speculation",
+            kind=JobKind.SPECULATION,
         )
     )
     while speculation.state is not JobState.RUNNING:
