@@ -23,7 +23,7 @@ from bench.process import RunningGateway, baseline_env, start_gateway
 from bench.stats import Summary, ratio, table, write_json
 
 MODEL = "smollm2-135m-instruct"
-WORDS = (200, 2_000, 5_000)  # about 1.3 tokens each: ~270, ~2.7K and ~6.7K prompt tokens
+WORDS = (100, 700, 1_400)  # about 3.9 SmolLM2 tokens each: ~390, ~2.7K and ~5.5K tokens
 POOL = [
     "river",
     "stone",
@@ -65,7 +65,8 @@ def _prompt(words: int, seed: int) -> str:
 def _first_event_seconds(client: httpx.Client, body: dict[str, Any]) -> float:
     started = time.perf_counter()
     with client.stream("POST", "/v1/responses", json=body) as response:
-        response.raise_for_status()
+        if response.status_code != 200:
+            raise RuntimeError(f"{response.status_code}: {response.read().decode()[:300]}")
         for line in response.iter_lines():
             if line.startswith("event:"):
                 return time.perf_counter() - started

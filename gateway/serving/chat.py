@@ -43,7 +43,7 @@ from gateway.seam.backend import (
 )
 from gateway.seam.grammar import GrammarError, grammar_text
 from gateway.seam.reasoning import ReplyFormat, reply_grammar
-from gateway.seam.request_parts import ChatMessage, ToolSpec
+from gateway.seam.request_parts import ChatMessage, Grammar, ToolSpec
 from gateway.seam.tool_format import ToolChoice, call_wrapper_chars
 from gateway.serving.reasoning import ReasoningPiece, ReasoningSplitter
 from gateway.serving.speculation import Speculation, speculated_events
@@ -239,6 +239,14 @@ class StreamHead:
     created: int = field(default_factory=now)
 
 
+def _check_grammar(grammar: Grammar, param: str) -> None:
+    """Refuse a grammar llguidance cannot compile, naming the request's field."""
+    try:
+        grammar_text(grammar)
+    except GrammarError as exc:
+        raise InvalidRequestError(f"unsupported schema or grammar: {exc}", param=param) from exc
+
+
 class _ReplyBudget:
     """The client's max_tokens counted over a reply that may call tools: text, reasoning and
     arguments count; the tokens that only write a call's wrapper do not."""
@@ -326,6 +334,11 @@ class ChatService:
             tools = tool_use.tools if tool_use is not None else ()
             prompt = await tier.backend.render(messages, tools, thinking)
         constrained = self._constrained(prompt, sampling, tool_use, fields)
+        if constrained.grammar is not None:
+            calling = tool_use is not None and tool_use.choice.mode != "none"
+            param = tool_use.param if calling and tool_use is not None else fields.grammar
+            # Compiling a grammar of many tools takes ~10 ms: off the event loop.
+            await asyncio.to_thread(_check_grammar, constrained.grammar, param)
         params = self._sampling_params(constrained, tier, prompt, fields, clamp_to_cap)
         budget = None
         if tool_use is not None and tool_use.choice.mode != "none" and params.max_tokens:
@@ -419,19 +432,10 @@ class ChatService:
         """
         reply = prompt.reply or ReplyFormat()
         answer = grammar = sampling.grammar
-        param = fields.grammar
         if tool_use is not None and tool_use.choice.mode != "none":
             grammar = reply_grammar(reply, answer, tool_use.tools, tool_use.choice)
-            param = tool_use.param
         elif answer is not None:
             grammar = reply_grammar(reply, answer)
-        if grammar is not None:
-            try:
-                grammar_text(grammar)
-            except GrammarError as exc:
-                raise InvalidRequestError(
-                    f"unsupported schema or grammar: {exc}", param=param
-                ) from exc
         # The reply opens its section where thinking is on, unless a grammar of its own (a
         # task's) says how it begins.
         opens = reply.thinking == "required" and (grammar is None or grammar is not answer)
