@@ -144,10 +144,10 @@ def cmd_import(args: argparse.Namespace) -> int:
                 store.import_model(reference, say)
         elif located.gguf is None:
             print(f"{reference}: an MLX folder, loaded in place: nothing to import")
-        elif store.is_current(located.slug, located.gguf) and not args.force:
-            print(f"{reference}: already imported at {store.path_for(located.slug)}")
+        elif (slug := located.imported_as(store)) is None or args.force:
+            store.import_gguf(slug or located.slug, located.gguf, reference, say)
         else:
-            store.import_gguf(located.slug, located.gguf, reference, say)
+            print(f"{reference}: already imported at {store.path_for(slug)}")
     return 0
 
 
@@ -174,7 +174,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
                 )
                 status = 1
                 continue
-            slugs = [located.slug]
+            slugs = [located.imported_as(store) or located.slug]
         for slug in slugs:
             if store.remove(slug):
                 print(f"removed the import {store.path_for(slug)} (the source is untouched)")

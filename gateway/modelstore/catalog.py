@@ -252,8 +252,7 @@ def _describe_gguf(
     quantized = estimate_loaded_bytes(summary, False)
     float32 = estimate_loaded_bytes(summary, True)
     sizes = ModelBytes(quantized, float32, quantized, is_quantized=quantized < float32)
-    slug = located.slug
-    imported = store.is_current(slug, located.gguf)
+    slug = located.imported_as(store)
     architecture = summary.architecture + ("" if summary.supported else " (not supported)")
     entry = CatalogEntry(
         id=located.ref.text,
@@ -265,7 +264,7 @@ def _describe_gguf(
         quantization=_main_type(summary.elements_by_type),
         disk_bytes=summary.file_bytes,
         context_length=summary.context_length,
-        imported=imported,
-        import_folder=str(store.path_for(slug)) if imported else None,
+        imported=slug is not None,
+        import_folder=str(store.path_for(slug)) if slug is not None else None,
     )
     return _with_memory(entry, sizes, context)
