@@ -225,7 +225,8 @@ def _main_dtype(folder: Path) -> str:
 
 
 def _main_type(elements_by_type: Mapping[str, int]) -> str:
-    """The ggml type holding most weights (``Q4_K``), not the small norms' F32."""
+    """The ggml type holding most weights (``Q4_K``), not the small norms' F32: a GGUF's
+    quantization when its header does not name the file's type (``general.file_type``)."""
     if not elements_by_type:
         return "?"
     return max(elements_by_type, key=lambda kind: elements_by_type[kind])
@@ -261,7 +262,7 @@ def _describe_gguf(
         format="gguf",
         architecture=architecture,
         parameters=summary.parameters,
-        quantization=_main_type(summary.elements_by_type),
+        quantization=summary.file_type or _main_type(summary.elements_by_type),
         disk_bytes=summary.file_bytes,
         context_length=summary.context_length,
         imported=slug is not None,
