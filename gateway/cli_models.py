@@ -12,10 +12,13 @@ import functools
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.config import Settings, load_settings
 from gateway.errors import ModelImportError, ModelNotFoundError
+
+if TYPE_CHECKING:
+    from gateway.modelstore.catalog import CatalogEntry
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -78,27 +81,67 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([e.as_dict() for e in entries], indent=2))
         return 0
-    print(
-        f"{'ID':44} {'SOURCE':8} {'ARCH':14} {'PARAMS':>7} {'QUANT':16} {'DISK':>8} "
-        f"{'MEMORY':>8} {'CTX':>7} {'FITS':4} {'IMPORTED':8}"
-    )
-    for e in entries:
-        if e.error:
-            print(f"{e.id:44} {e.source:8} {e.error}")
-            continue
-        imported = "-" if e.imported is None else ("yes" if e.imported else "no")
-        fits = "?" if e.fits is None else ("yes" if e.fits else "NO")
-        print(
-            f"{e.id:44} {e.source:8} {e.architecture or '?':14} {_count(e.parameters):>7} "
-            f"{(e.quantization or '?')[:16]:16} {_bytes(e.disk_bytes):>8} "
-            f"{_bytes(e.memory_bytes):>8} {e.context_length or '?':>7} {fits:4} {imported:8}"
-        )
+    for line in list_table(entries):
+        print(line)
     budget = _bytes(settings.memory_budget_bytes)
     print(
         f"{len(entries)} models in {elapsed:.2f} s; memory on this machine's compute path, "
         f'budget {budget} (memory_budget_bytes); put an ID in [tiers.NAME] model = "ID"'
     )
     return 0
+
+
+# ``models list``'s columns: heading and alignment (numbers to the right).
+_LIST_COLUMNS = (
+    ("ID", "<"),
+    ("SOURCE", "<"),
+    ("ARCH", "<"),
+    ("PARAMS", ">"),
+    ("QUANT", "<"),
+    ("DISK", ">"),
+    ("MEMORY", ">"),
+    ("CTX", ">"),
+    ("FITS", "<"),
+    ("IMPORTED", "<"),
+)
+
+
+def list_table(entries: list[CatalogEntry]) -> list[str]:
+    """The ``models list`` table, a heading and one line per entry. Each column is as wide as
+    its widest cell: ids are paths and repo names of any length, and a fixed width pushed a
+    long one's row out of line. An entry with an error keeps its id and source in their
+    columns and gives the error in place of the rest."""
+    rows: list[list[str]] = []
+    for e in entries:
+        if e.error:
+            rows.append([e.id, e.source, e.error])
+            continue
+        rows.append(
+            [
+                e.id,
+                e.source,
+                e.architecture or "?",
+                _count(e.parameters),
+                e.quantization or "?",
+                _bytes(e.disk_bytes),
+                _bytes(e.memory_bytes),
+                str(e.context_length or "?"),
+                "?" if e.fits is None else ("yes" if e.fits else "NO"),
+                "-" if e.imported is None else ("yes" if e.imported else "no"),
+            ]
+        )
+    headings = [heading for heading, _ in _LIST_COLUMNS]
+    widths = [len(heading) for heading in headings]
+    for row in rows:
+        measured = row if len(row) == len(widths) else row[:2]  # an error's text spans the rest
+        for i, cell in enumerate(measured):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: list[str]) -> str:
+        columns = zip(cells, _LIST_COLUMNS, widths, strict=False)
+        return " ".join(f"{cell:{align}{width}}" for cell, (_, align), width in columns).rstrip()
+
+    return [line(headings), *(line(row) for row in rows)]
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -144,10 +187,10 @@ def cmd_import(args: argparse.Namespace) -> int:
                 store.import_model(reference, say)
         elif located.gguf is None:
             print(f"{reference}: an MLX folder, loaded in place: nothing to import")
-        elif store.is_current(located.slug, located.gguf) and not args.force:
-            print(f"{reference}: already imported at {store.path_for(located.slug)}")
+        elif (slug := located.imported_as(store)) is None or args.force:
+            store.import_gguf(slug or located.slug, located.gguf, reference, say)
         else:
-            store.import_gguf(located.slug, located.gguf, reference, say)
+            print(f"{reference}: already imported at {store.path_for(slug)}")
     return 0
 
 
@@ -174,7 +217,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
                 )
                 status = 1
                 continue
-            slugs = [located.slug]
+            slugs = [located.imported_as(store) or located.slug]
         for slug in slugs:
             if store.remove(slug):
                 print(f"removed the import {store.path_for(slug)} (the source is untouched)")

@@ -225,7 +225,8 @@ def _main_dtype(folder: Path) -> str:
 
 
 def _main_type(elements_by_type: Mapping[str, int]) -> str:
-    """The ggml type holding most weights (``Q4_K``), not the small norms' F32."""
+    """The ggml type holding most weights (``Q4_K``), not the small norms' F32: a GGUF's
+    quantization when its header does not name the file's type (``general.file_type``)."""
     if not elements_by_type:
         return "?"
     return max(elements_by_type, key=lambda kind: elements_by_type[kind])
@@ -252,8 +253,7 @@ def _describe_gguf(
     quantized = estimate_loaded_bytes(summary, False)
     float32 = estimate_loaded_bytes(summary, True)
     sizes = ModelBytes(quantized, float32, quantized, is_quantized=quantized < float32)
-    slug = located.slug
-    imported = store.is_current(slug, located.gguf)
+    slug = located.imported_as(store)
     architecture = summary.architecture + ("" if summary.supported else " (not supported)")
     entry = CatalogEntry(
         id=located.ref.text,
@@ -262,10 +262,10 @@ def _describe_gguf(
         format="gguf",
         architecture=architecture,
         parameters=summary.parameters,
-        quantization=_main_type(summary.elements_by_type),
+        quantization=summary.file_type or _main_type(summary.elements_by_type),
         disk_bytes=summary.file_bytes,
         context_length=summary.context_length,
-        imported=imported,
-        import_folder=str(store.path_for(slug)) if imported else None,
+        imported=slug is not None,
+        import_folder=str(store.path_for(slug)) if slug is not None else None,
     )
     return _with_memory(entry, sizes, context)

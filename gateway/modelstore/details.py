@@ -33,9 +33,9 @@ def model_details(located: LocatedModel, store: ModelStore) -> dict[str, Any]:
         from gateway.modelstore.gguf import read_summary
 
         details["chat_template"] = bool(read_summary(located.gguf).has_chat_template)
-        imported = store.path_for(located.slug)
-        details["import_manifest"] = store.manifest(located.slug)
-        folder = imported if store.is_current(located.slug, located.gguf) else None
+        slug = located.imported_as(store)
+        details["import_manifest"] = store.manifest(slug or located.slug)
+        folder = store.path_for(slug) if slug is not None else None
     elif located.ref.kind == "known":
         details["import_manifest"] = store.manifest(located.ref.name)
     if folder is not None and folder.is_dir():

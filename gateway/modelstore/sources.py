@@ -12,7 +12,8 @@ made loadable (:func:`resolve`: a GGUF is imported into the store, once). The fo
     lmstudio:publisher/model[:file]   LM Studio's folder (MLX in place, or a GGUF imported)
 
 A relative path is relative to the configuration file's folder when it comes from that file
-(``config.load_settings`` makes it absolute), else to the current directory. ``file`` is a
+(``config.load_settings`` makes it absolute), else to the current directory; a path is then
+resolved (``..``, symlinks), so each file or folder has one store key. ``file`` is a
 GGUF file name, its stem, or a piece of it such as a quant type (``Q4_K_M``).
 """
 
@@ -48,7 +49,7 @@ class ModelRef:
     revision: str | None = None  # hf: branch, tag or commit
     tag: str = ollama.DEFAULT_TAG  # ollama
     selector: str | None = None  # hf, lmstudio: which GGUF file
-    path: Path | None = None  # folder, gguf: absolute
+    path: Path | None = None  # folder, gguf: absolute, symlinks and ``..`` resolved
 
 
 def parse_model_ref(text: str, base_dir: Path | None = None) -> ModelRef:
@@ -77,6 +78,9 @@ def parse_model_ref(text: str, base_dir: Path | None = None) -> ModelRef:
         path = Path(text).expanduser()
         if not path.is_absolute():
             path = (base_dir or Path.cwd()) / path
+        # One file, one model: ``..``, ``.`` and symlinks are resolved, so every spelling of
+        # a path is the same import (issue 31: ``a/../m.gguf`` was imported a second time).
+        path = path.resolve()
         kind: SourceKind = "gguf" if text.lower().endswith(".gguf") else "folder"
         return ModelRef(kind, text, path=path)
     raise ValueError(
@@ -127,6 +131,21 @@ class LocatedModel:
         if ref.kind == "ollama":
             return _slug("ollama", ref.name, ref.tag)
         return _slug(ref.kind, ref.name, ref.revision or "", self.gguf.stem)
+
+    def imported_as(self, store: ModelStore) -> str | None:
+        """The store's current import of this model (its folder name), or None.
+
+        For a GGUF path this may be an import the store keyed before paths were resolved
+        (its folder named after the path as written): the same file, so the same import."""
+        if self.ref.kind == "known":
+            return self.slug if store.is_imported(self.slug) else None
+        if self.gguf is None:
+            return None  # loaded in place
+        if store.is_current(self.slug, self.gguf):
+            return self.slug
+        if self.ref.kind != "gguf":
+            return None
+        return store.find_current(self.gguf, prefix="gguf--")
 
 
 def _slug(*parts: str) -> str:
@@ -243,7 +262,8 @@ def resolve(
     if ref.kind == "known":
         folder = store.ensure(ref.name, progress)
     elif located.gguf is not None:
-        folder = store.ensure_gguf(located.slug, located.gguf, ref.text, progress)
+        slug = located.imported_as(store) or located.slug
+        folder = store.ensure_gguf(slug, located.gguf, ref.text, progress)
     else:
         assert located.folder is not None
         folder = located.folder

@@ -258,10 +258,20 @@ class ModelStore:
             stat = gguf.stat()
         except OSError:
             return False
+        source = recorded.get("source")
         return (
-            recorded.get("source") == str(gguf)
+            isinstance(source, str)
+            and _same_path(Path(source), gguf)
             and recorded.get("source_bytes") == stat.st_size
             and recorded.get("source_mtime_ns") == stat.st_mtime_ns
+        )
+
+    def find_current(self, gguf: Path, prefix: str = "") -> str | None:
+        """The first import (folder name starting with ``prefix``) that is current for
+        ``gguf``, whichever spelling of its path the manifest recorded."""
+        return next(
+            (s for s in self.imports() if s.startswith(prefix) and self.is_current(s, gguf)),
+            None,
         )
 
     def imports(self) -> dict[str, dict[str, Any]]:
@@ -306,6 +316,11 @@ class ModelStore:
             raise
         say(f"imported {slug} in {time.perf_counter() - started:.1f} s -> {final}")
         return final
+
+
+def _same_path(recorded: Path, gguf: Path) -> bool:
+    """Manifests from before paths were resolved hold them as written (``a/../m.gguf``)."""
+    return recorded == gguf or recorded.resolve() == gguf.resolve()
 
 
 def is_installed(distribution: str) -> bool:

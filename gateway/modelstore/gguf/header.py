@@ -21,6 +21,18 @@ _GROUP = 32
 _SCALE_BIAS_BYTES = 8
 # Float tensors keep their width; F64 (rare) is imported as float32.
 _FLOAT_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 4}
+# ``general.file_type``: llama.cpp's ``llama_ftype`` (llama.h; gguf-py's ``LlamaFileType``),
+# named as quantized files are (``Q4_K_M``). The type a file was quantized *as*: a Q4_K_M file
+# keeps some tensors in Q6_K or Q5_0, so its commonest tensor type need not be its name.
+# 4-6 were removed from llama.cpp; 1024 (GUESSED) is never written to a file.
+FILE_TYPES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+    11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S",
+    17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS",
+    23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S",
+    29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0",
+    38: "MXFP4_MOE", 39: "NVFP4", 40: "Q1_0",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,8 @@ class GGUFSummary:
     name: str | None  # general.name
     # ggml type name -> elements stored in it (what the memory estimate needs).
     elements_by_type: dict[str, int]
+    # The file's type from ``general.file_type`` (``Q4_K_M``); None when absent or unknown.
+    file_type: str | None = None
 
 
 def read_summary(path: Path) -> GGUFSummary:
@@ -61,6 +75,7 @@ def _summary(path: str, size: int, mtime_ns: int) -> GGUFSummary:
         elements[kind] = elements.get(kind, 0) + tensor.elements
     context = meta.get(f"{gguf_arch}.context_length")
     name = meta.get("general.name")
+    file_type = meta.get("general.file_type")
     return GGUFSummary(
         architecture=spec.model_type if spec else gguf_arch,
         supported=spec is not None and all(kind in IMPORTABLE_TYPES for kind in counts),
@@ -71,6 +86,7 @@ def _summary(path: str, size: int, mtime_ns: int) -> GGUFSummary:
         has_chat_template=bool(meta.get("tokenizer.chat_template")),
         name=str(name) if name is not None else None,
         elements_by_type=dict(sorted(elements.items())),
+        file_type=FILE_TYPES.get(file_type) if isinstance(file_type, int) else None,
     )
 
 

@@ -80,9 +80,15 @@ def write_mlx_folder(
 
 
 def write_gguf_stub(
-    path: Path, *, architecture: str = "llama", quant: str = "Q8_0", context: int = 2048
+    path: Path,
+    *,
+    architecture: str = "llama",
+    quant: str = "Q8_0",
+    context: int = 2048,
+    file_type: int | None = None,
 ) -> Path:
-    """A small but valid GGUF (gguf-py's writer): header, metadata, two tensors."""
+    """A small but valid GGUF (gguf-py's writer): header, metadata, two tensors;
+    ``file_type`` is ``general.file_type`` (llama.cpp's ``llama_ftype``), absent by default."""
     import numpy as np
     from gguf import GGMLQuantizationType, GGUFWriter
     from gguf.quants import quantize
@@ -92,6 +98,8 @@ def write_gguf_stub(
     writer.add_context_length(context)
     writer.add_name(path.stem)
     writer.add_chat_template("{{ messages }}")
+    if file_type is not None:
+        writer.add_file_type(file_type)
     qtype = GGMLQuantizationType[quant]
     weight = np.zeros((64, 64), dtype=np.float32)
     writer.add_tensor("blk.0.attn_q.weight", quantize(weight, qtype), raw_dtype=qtype)

@@ -132,3 +132,20 @@ def test_a_damaged_safetensors_header_is_a_clear_error(tmp_path: Path) -> None:
         path.write_bytes(raw)
         with pytest.raises(ValueError, match=name):
             read_safetensors_header(path)
+
+
+def test_a_gguf_shows_its_file_type_not_its_commonest_tensor_type(tmp_path: Path) -> None:
+    """Issue 31: a Q4_K_M file whose tensors are mostly Q5_0 was listed as "Q5_0". The file's
+    type is ``general.file_type`` (llama.cpp's ``llama_ftype``); without it (or with a value
+    this gateway does not know), the ggml type holding most weights."""
+    configured = {
+        "k_m": str(write_gguf_stub(tmp_path / "k_m.gguf", quant="Q5_0", file_type=15)),
+        "f32": str(write_gguf_stub(tmp_path / "f32.gguf", quant="F32", file_type=0)),
+        "bare": str(write_gguf_stub(tmp_path / "bare.gguf", quant="Q5_0")),
+        "new": str(write_gguf_stub(tmp_path / "new.gguf", quant="Q8_0", file_type=999)),
+    }
+    entries = build_catalog(
+        ModelStore(tmp_path / "c"), CatalogContext(CPU, BUDGET), configured, {"HOME": "/none"}
+    )
+    quants = {e.tiers[0]: e.quantization for e in entries if e.tiers}
+    assert quants == {"k_m": "Q4_K_M", "f32": "F32", "bare": "Q5_0", "new": "Q8_0"}

@@ -181,3 +181,39 @@ def test_a_known_model_whose_package_is_missing_stops_the_start(
     )
     with pytest.raises(ModelNotFoundError, match="gateway models import gemma-3-270m"):
         check_model_sources(settings)
+
+
+def test_list_keeps_its_columns_in_line_with_long_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 31: an id longer than the ID column pushed the rest of its row out of line.
+    Every column starts (or, for numbers, ends) where its heading does, and an error row's
+    id and source stay in their columns too."""
+    from gateway.cli import main
+
+    deep = tmp_path / ("a-folder-name-long-enough-to-overflow-any-fixed-column" + "/x" * 8)
+    configured = {
+        "long": write_gguf_stub(deep / "model-with-a-long-name-Q4_K_M.gguf", file_type=15),
+        "short": write_gguf_stub(tmp_path / "s.gguf"),
+    }
+    config = tmp_path / "g.toml"
+    config.write_text(
+        "".join(f'[tiers.{n}]\nmodel = "{p}"\n' for n, p in configured.items())
+        + '[tiers.gone]\nmodel = "hf:org/absent"\n'
+    )
+    for name in ("GATEWAY_CONFIG", "GATEWAY_DEFAULT_MODEL", "OLLAMA_MODELS", "LMSTUDIO_MODELS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("GATEWAY_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["models", "list", "--config", str(config)]) == 0
+    heading, *rows = capsys.readouterr().out.splitlines()[:-1]
+    by_id = {row.split()[0]: row for row in rows}
+    for path, quant in ((configured["long"], "Q4_K_M"), (configured["short"], "Q8_0")):
+        row = by_id[str(path)]
+        assert row.index(" gguf ") + 1 == heading.index("SOURCE")
+        assert row.index(f" {quant} ") + 1 == heading.index("QUANT")
+        assert row.index(" llama ") + 1 == heading.index("ARCH")
+        assert row.index(" 2048 ") + 5 == heading.index("CTX") + 3  # numbers end in line
+    gone = by_id["hf:org/absent"]
+    assert gone.index(" ? ") + 1 == heading.index("SOURCE")  # its source is unknown

@@ -59,3 +59,18 @@ def test_unsupported_architecture_is_named(tmp_path: Path) -> None:
     summary = read_summary(tmp_path / "x.gguf")
     assert summary.architecture == "mamba" and not summary.supported
     assert summary.parameters == 128 and summary.context_length is None
+
+
+def test_file_type_names_are_llama_cpps() -> None:
+    """``general.file_type`` values and names as gguf-py (llama.cpp's own package) has them."""
+    from gguf import LlamaFileType
+
+    from gateway.modelstore.gguf.header import FILE_TYPES
+
+    theirs = {
+        int(member): member.name.removeprefix("MOSTLY_").removeprefix("ALL_")
+        for member in LlamaFileType
+        if member.name != "GUESSED"
+    }
+    assert {value: FILE_TYPES.get(value) for value in theirs} == theirs
+    assert FILE_TYPES[15] == "Q4_K_M" and FILE_TYPES[0] == "F32"

@@ -53,7 +53,7 @@ def test_parse(text: str, expected: ModelRef) -> None:
 
 
 def test_parse_home_relative() -> None:
-    assert parse_model_ref("~/m.gguf").path == Path.home() / "m.gguf"
+    assert parse_model_ref("~/m.gguf").path == (Path.home() / "m.gguf").resolve()
 
 
 @pytest.mark.parametrize(
@@ -214,3 +214,28 @@ def test_known_ids_are_the_stores_own(tmp_path: Path) -> None:
         store.default_stop("gemma-3-270m"),
         user_files=False,
     )
+
+
+def test_every_spelling_of_a_path_is_one_model(tmp_path: Path) -> None:
+    """Issue 31: ``a/../m.gguf`` was keyed as written and imported a second time (8 minutes,
+    617 MB). ``..``, ``.`` and symlinks (to the file or a folder above it) are resolved."""
+    store = ModelStore(tmp_path / "cache")
+    gguf = tmp_path / "models" / "m.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF")
+    (tmp_path / "link.gguf").symlink_to(gguf)
+    (tmp_path / "alias").symlink_to(gguf.parent, target_is_directory=True)
+    spellings = [
+        (str(gguf), None),
+        (f"{tmp_path}/models/../models/./m.gguf", None),
+        ("models/../models/m.gguf", tmp_path),
+        ("./m.gguf", gguf.parent),
+        ("../models/m.gguf", gguf.parent),
+        ("link.gguf", tmp_path),
+        (f"{tmp_path}/alias/m.gguf", None),
+    ]
+    located = [locate(parse_model_ref(text, base), store) for text, base in spellings]
+    assert {m.gguf for m in located} == {gguf}
+    assert {m.slug for m in located} == {located[0].slug}
+    folder = write_mlx_folder(tmp_path / "mine")
+    assert locate(parse_model_ref("x/../mine", tmp_path), store).folder == folder

@@ -83,3 +83,39 @@ def test_resolve_imports_an_ollama_model_with_its_stop_strings(
     in_place = resolve(parse_model_ref(str(folder)), store, env)
     assert (in_place.folder, in_place.user_files) == (folder, True)
     assert conversions == [blob]
+
+
+def test_an_import_recorded_under_another_spelling_is_found(
+    tmp_path: Path, conversions: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31: a store made before paths were normalized keyed (and recorded) the path as
+    written; the same file under another spelling is that import, not a second one, and
+    ``models list`` shows it once."""
+    from gateway.engines.device import ComputePath
+    from gateway.modelstore.catalog import CatalogContext, build_catalog
+    from gateway.modelstore.sources import LocatedModel, ModelRef, parse_model_ref, resolve
+    from tests.unit.modelstore.layouts import write_gguf_stub, write_mlx_folder
+
+    def convert(gguf: Path, out: Path, progress: Any) -> dict[str, Any]:
+        conversions.append(gguf)
+        write_mlx_folder(out)  # describable, as a real import is
+        return {}
+
+    monkeypatch.setattr(gguf_package, "convert_gguf", convert, raising=False)
+    store = ModelStore(tmp_path / "cache")
+    gguf = write_gguf_stub(tmp_path / "models" / "m.gguf")
+    written = f"{tmp_path}/models/../models/m.gguf"
+    old = Path(written)  # the old store's key: the path as written, unnormalized
+    old_slug = LocatedModel(ModelRef("gguf", written, path=old), None, old).slug
+    store.ensure_gguf(old_slug, old, written)
+    assert json.loads((store.path_for(old_slug) / MANIFEST).read_text())["source"] == written
+
+    resolved = resolve(parse_model_ref(str(gguf)), store)
+    assert resolved.folder == store.path_for(old_slug)
+    assert len(conversions) == 1  # not imported again
+    cpu = CatalogContext(ComputePath("cpu", "openblas:test", "float32", "test"), 10**9)
+    entries = build_catalog(store, cpu, {"t": str(gguf)}, {"HOME": str(tmp_path)})
+    rows = [e for e in entries if e.source in ("gguf", "import")]
+    assert [(e.id, e.imported, e.import_folder) for e in rows] == [
+        (str(gguf), True, str(store.path_for(old_slug)))
+    ]
