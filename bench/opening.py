@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from bench.process import RunningGateway, baseline_env, start_gateway
+from bench.process import RunningGateway, this_and_baseline
 from bench.stats import Summary, ratio, table, write_json
 
 MODEL = "smollm2-135m-instruct"
@@ -110,20 +110,8 @@ def _measure(gateways: dict[str, RunningGateway], runs: int) -> dict[str, dict[s
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-opening-"))
-    versions = {
-        "gateway": {},
-        **({"baseline": baseline_env(args.baseline)} if args.baseline else {}),
-    }
-    gateways: dict[str, RunningGateway] = {}
-    try:
-        for name, env in versions.items():
-            gateways[name] = start_gateway(
-                workdir / name, extra_env=env, cwd=workdir if env else None
-            )
+    with this_and_baseline(workdir, args.baseline) as gateways:
         results = _measure(gateways, args.runs)
-    finally:
-        for gateway in gateways.values():
-            gateway.stop()
     rows: list[tuple[str, str, Summary]] = []
     summary: dict[str, Any] = {}
     for case, _, _ in _cases():

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -261,3 +262,21 @@ def start_mlx_lm_server(workdir: Path, model_folder: Path) -> RunningUpstream:
         process, f"{upstream.base_url}/models", "mlx_lm.server", upstream.log, upstream.stop
     )
     return upstream
+
+
+@contextlib.contextmanager
+def this_and_baseline(workdir: Path, baseline: str | None) -> Iterator[dict[str, RunningGateway]]:
+    """This version's gateway ("gateway") and, with ``baseline`` (another version's source
+    folder), that version's ("baseline") beside it, each in its own folder; both stopped
+    on the way out."""
+    versions = {"gateway": {}, **({"baseline": baseline_env(baseline)} if baseline else {})}
+    gateways: dict[str, RunningGateway] = {}
+    try:
+        for name, env in versions.items():
+            gateways[name] = start_gateway(
+                workdir / name, extra_env=env, cwd=workdir if env else None
+            )
+        yield gateways
+    finally:
+        for gateway in gateways.values():
+            gateway.stop()
