@@ -11,6 +11,7 @@ run. The first run is the discarded warm-up.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import tempfile
 import time
@@ -111,7 +112,10 @@ def _measure(gateways: dict[str, RunningGateway], runs: int) -> dict[str, dict[s
 def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-opening-"))
     with this_and_baseline(workdir, args.baseline) as gateways:
+        load = os.getloadavg()
         results = _measure(gateways, args.runs)
+        load_after = os.getloadavg()
+    print(f"load average (1, 5, 15 min): start {load}, end {load_after}")
     rows: list[tuple[str, str, Summary]] = []
     summary: dict[str, Any] = {}
     for case, _, _ in _cases():
@@ -125,7 +129,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if "baseline" in of:
             summary[case]["gateway_over_baseline"] = ratio(of["gateway"], of["baseline"])
     print(table(rows))
-    return {"benchmark": "opening", "runs": args.runs, "unit": "ms", **summary}
+    return {
+        "benchmark": "opening",
+        "runs": args.runs,
+        "unit": "ms",
+        "load_average": {"start": load, "end": load_after},
+        **summary,
+    }
 
 
 def main(args: argparse.Namespace) -> int:
