@@ -3,9 +3,10 @@
 Validating a body builds Python objects for all of it, and an error for every element that is
 wrong: a 2-million-element array where a string is expected took 18-28 s of the event loop,
 and 40,000 messages were all validated before the conversation was found too long. These
-bounds count instead: a walk over the decoded JSON (run off the event loop for big bodies)
-that stops at the first array longer than its bound. The same bounds are set on the pydantic
-models (``max_length``), so a small body is held to them as well.
+bounds count instead: a walk over the decoded JSON that stops at the first array longer than
+its bound (a big body is walked as undecoded slices instead, off the event loop:
+``gateway.routes.body_shape``, with the same rules and words). The same bounds are set on the
+pydantic models (``max_length``), so a small body is held to them as well.
 
 This module imports nothing from the gateway: the protocol models import it.
 """
@@ -42,31 +43,43 @@ class ShapeError(ValueError):
         self.param = param
 
 
-def check_shape(value: Any, max_depth: int = 64) -> None:
-    """Raise ``ShapeError`` at the first array longer than its bound (depth-first, bounded)."""
-    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+def bound_of(key: str) -> int:
+    """The most items an array under ``key`` may hold: its own bound, else any array's."""
+    return NAMED_BOUNDS.get(key, MAX_ARRAY_ITEMS)
+
+
+def check_length(name: str, length: int, limit: int) -> None:
+    """Raise ``ShapeError`` naming the array ``name`` when it holds more than ``limit``."""
+    if length > limit:
+        raise ShapeError(f"'{name}' has {length} items; at most {limit} are accepted", name)
+
+
+def child_name(path: str, key: str | int) -> str:
+    """OpenAI's name of a member (``messages[0].content``) below ``path``."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def check_shape(value: Any, path: str = "", depth: int = 0, max_depth: int = 64) -> None:
+    """Raise ``ShapeError`` at the first array longer than its bound (depth-first, bounded).
+
+    ``value`` sits at ``path``, ``depth`` levels down; its own length is its parent's to check.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, path, depth)]
     while stack:
         item, path, depth = stack.pop()
         if depth > max_depth:
             continue  # the JSON decoder's own nesting limit answers that
         if isinstance(item, dict):
             for key, child in item.items():
+                name = child_name(path, str(key))
                 if isinstance(child, list):
-                    limit = NAMED_BOUNDS.get(str(key), MAX_ARRAY_ITEMS)
-                    if len(child) > limit:
-                        name = f"{path}.{key}" if path else str(key)
-                        raise ShapeError(
-                            f"'{name}' has {len(child)} items; at most {limit} are accepted",
-                            name,
-                        )
+                    check_length(name, len(child), bound_of(str(key)))
                 if isinstance(child, dict | list):
-                    stack.append((child, f"{path}.{key}" if path else str(key), depth + 1))
+                    stack.append((child, name, depth + 1))
         elif isinstance(item, list):
-            if len(item) > MAX_ARRAY_ITEMS:
-                raise ShapeError(
-                    f"'{path}' has {len(item)} items; at most {MAX_ARRAY_ITEMS} are accepted",
-                    path,
-                )
+            check_length(path, len(item), MAX_ARRAY_ITEMS)
             for index, child in enumerate(item):
                 if isinstance(child, dict | list):
-                    stack.append((child, f"{path}[{index}]", depth + 1))
+                    stack.append((child, child_name(path, index), depth + 1))
