@@ -58,7 +58,8 @@ TOOLS = [
 ]
 
 
-def _prompt(words: int, seed: int) -> str:
+def uncached_prompt(words: int, seed: int) -> str:
+    """Words no cache has seen (each a word of the pool and a number), the same per seed."""
     rng = random.Random(seed)
     return " ".join(rng.choice(POOL) + str(rng.randrange(1000)) for _ in range(words))
 
@@ -95,7 +96,7 @@ def _measure(gateways: dict[str, RunningGateway], runs: int) -> dict[str, dict[s
                     # The same prompt for each version (each gateway has its own caches).
                     body: dict[str, Any] = {
                         "model": MODEL,
-                        "input": _prompt(words, seed=index * 100 + number),
+                        "input": uncached_prompt(words, seed=index * 100 + number),
                         "stream": True,
                         "max_output_tokens": 4,
                     }

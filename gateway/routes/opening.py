@@ -28,7 +28,6 @@ from gateway.seam.placement import PLACEMENT, Placement
 T = TypeVar("T")
 
 OPENING_GRACE_SECONDS = 0.01
-PEER_RECHECK_SECONDS = 0.01  # how often a start handed to a peer is looked at again
 
 
 async def begin_within_grace(
@@ -43,16 +42,23 @@ async def begin_within_grace(
     finally:
         PLACEMENT.reset(reset)
     watcher = asyncio.ensure_future(wait_for_disconnect(request))
+    deadline = asyncio.get_running_loop().time() + OPENING_GRACE_SECONDS
     try:
-        timeout = OPENING_GRACE_SECONDS
-        while not watcher.done():
-            done, _ = await asyncio.wait(
-                {task, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-            # Handed to a peer: its start is a round trip away, and names it in a header.
-            if done or placement.peer is None:
+        while not task.done() and not watcher.done():
+            placement.changed.clear()
+            moved = asyncio.ensure_future(placement.changed.wait())
+            # Past the grace, only a start handed to a peer is waited for (a round trip
+            # away, and it names the peer in a header); its refusal wakes this up.
+            timeout = None if placement.peer else deadline - asyncio.get_running_loop().time()
+            if timeout is not None and timeout <= 0:
+                moved.cancel()
                 break
-            timeout = PEER_RECHECK_SECONDS
+            try:
+                await asyncio.wait(
+                    {task, watcher, moved}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                moved.cancel()
         left = watcher.done() and not watcher.cancelled()
     finally:
         watcher.cancel()

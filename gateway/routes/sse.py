@@ -146,9 +146,8 @@ class _ResponsesWire:
     def keepalive(self) -> BaseModel | None:
         if self.response is None:
             return None
-        return ResponseInProgressEvent(
-            sequence_number=0, response=self.response
-        )  # numbered as sent
+        # Numbered as it is sent, as every event.
+        return ResponseInProgressEvent(sequence_number=0, response=self.response)
 
 
 async def _named_events(

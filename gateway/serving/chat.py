@@ -86,6 +86,11 @@ class ToolUse:
     id_prefix: str = "call_"  # of the calls' ids (Anthropic's are "toolu_...")
 
 
+def calling(tool_use: ToolUse | None) -> ToolUse | None:
+    """The tool use if the model may call (not ``tool_choice: none``)."""
+    return tool_use if tool_use is not None and tool_use.choice.mode != "none" else None
+
+
 @dataclass(frozen=True)
 class ReplyStep:
     """What one token added to the reply: pieces of reasoning, text or calls, and its
@@ -335,17 +340,13 @@ class ChatService:
             prompt = await tier.backend.render(messages, tools, thinking)
         constrained = self._constrained(prompt, sampling, tool_use, fields)
         if constrained.grammar is not None:
-            calling = tool_use is not None and tool_use.choice.mode != "none"
-            param = tool_use.param if calling and tool_use is not None else fields.grammar
+            calls = calling(tool_use)
             # Compiling a grammar of many tools takes ~10 ms: off the event loop.
-            await asyncio.to_thread(_check_grammar, constrained.grammar, param)
-        params = self._sampling_params(constrained, tier, prompt, fields, clamp_to_cap)
-        budget = None
-        if tool_use is not None and tool_use.choice.mode != "none" and params.max_tokens:
-            budget = params.max_tokens
-            params = replace(
-                params, max_tokens=self._with_call_room(budget, tier, prompt, tool_use)
+            await asyncio.to_thread(
+                _check_grammar, constrained.grammar, calls.param if calls else fields.grammar
             )
+        params = self._sampling_params(constrained, tier, prompt, fields, clamp_to_cap)
+        params, budget = self._with_call_room(params, tier, prompt, tool_use, sampling.max_tokens)
         return PreparedChat(
             tier,
             messages,
@@ -364,16 +365,25 @@ class ChatService:
         )
 
     @staticmethod
-    def _with_call_room(budget: int, tier: Tier, prompt: Prompt, tool_use: ToolUse) -> int:
-        """The backend's max_tokens when the reply may call: the client's ``budget`` plus
-        room for the calls' wrappers, which ``replies`` does not count against the budget
-        (a token is at most one character of a wrapper), within the context."""
-        room = call_wrapper_chars(tool_use.tools, tool_use.choice)
-        limit = budget + room
+    def _with_call_room(
+        params: SamplingParams,
+        tier: Tier,
+        prompt: Prompt,
+        tool_use: ToolUse | None,
+        requested: int | None,
+    ) -> tuple[SamplingParams, int | None]:
+        """Where the reply may call and the client set max_tokens: the backend's max_tokens
+        with room for the calls' wrappers (a token is at most one character of one), within
+        the context, and the client's budget, which ``replies`` counts without the wrappers."""
+        calls = calling(tool_use)
+        budget = params.max_tokens
+        if calls is None or requested is None or budget is None:
+            return params, None
+        limit = budget + call_wrapper_chars(calls.tools, calls.choice)
         context = tier.backend.context_length
         if prompt.tokens is not None and context is not None:
             limit = min(limit, context - len(prompt.tokens))
-        return max(limit, budget)
+        return replace(params, max_tokens=max(limit, budget)), budget
 
     @classmethod
     def _check_capabilities(
@@ -387,10 +397,9 @@ class ChatService:
         """Refuse what the tier's backend cannot do: constrain its output (tool calls and
         answer formats), report log-probabilities, take a raw text prompt."""
         capabilities = tier.backend.capabilities
-        calling = tool_use is not None and tool_use.choice.mode != "none"
-        if calling or sampling.grammar is not None:
-            tools_param = tool_use.param if calling and tool_use is not None else None
-            cls._check_constrainable(tier, tools_param, fields.grammar)
+        calls = calling(tool_use)
+        if calls is not None or sampling.grammar is not None:
+            cls._check_constrainable(tier, calls.param if calls else None, fields.grammar)
         if sampling.logprobs is not None and not capabilities.logprobs:
             raise InvalidRequestError(
                 f"tier {tier.name!r} ({tier.backend.kind} backend) cannot report "
@@ -432,8 +441,9 @@ class ChatService:
         """
         reply = prompt.reply or ReplyFormat()
         answer = grammar = sampling.grammar
-        if tool_use is not None and tool_use.choice.mode != "none":
-            grammar = reply_grammar(reply, answer, tool_use.tools, tool_use.choice)
+        calls = calling(tool_use)
+        if calls is not None:
+            grammar = reply_grammar(reply, answer, calls.tools, calls.choice)
         elif answer is not None:
             grammar = reply_grammar(reply, answer)
         # The reply opens its section where thinking is on, unless a grammar of its own (a
@@ -509,8 +519,9 @@ class ChatService:
             raise RuntimeError(f"backend {backend.kind} began with {first!r}, not Started")
         run = ChatRun(chat, events, first)
         reply = chat.prompt.reply or ReplyFormat()
-        if chat.tool_use is not None and chat.tool_use.choice.mode != "none":
-            run.parser = make_tool_parser(reply.tools, chat.tool_use.id_prefix)
+        calls = calling(chat.tool_use)
+        if calls is not None:
+            run.parser = make_tool_parser(reply.tools, calls.id_prefix)
         if reply.thinks and chat.text_prompt is None:
             run.splitter = ReasoningSplitter(reply)
         self.active[chat.id] = run

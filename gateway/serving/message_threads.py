@@ -18,11 +18,12 @@ continued more than once (a conversation may branch), and a continued turn may g
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from gateway.errors import InvalidRequestError, NotFoundError
 from gateway.protocol.anthropic import (
@@ -35,6 +36,7 @@ from gateway.protocol.anthropic import (
 from gateway.protocol.openai import shorten
 from gateway.serving.response_store import BrokenChainError, ResponseStore, StoredResponse
 
+log = logging.getLogger(__name__)
 THREAD_NOT_FOUND = "thread_not_found"
 _MESSAGES = TypeAdapter(list[MessageParam])
 _TOOLS = TypeAdapter(list[Tool])
@@ -57,16 +59,17 @@ class MessageThreads:
         if not isinstance(thread, ThreadContinue):
             return request
         chain = await self._chain(thread.previous_message_id)
-        messages: list[MessageParam] = []
-        system: Any = None
-        tools: list[Tool] | None = None
-        for row in chain:
-            messages.extend(_MESSAGES.validate_python(row.input_items))
-            reply = row.response["reply"]
-            messages.append(MessageParam.model_validate({"role": "assistant", "content": reply}))
-            system = row.response.get("system", system)
-            if row.response.get("tools") is not None:
-                tools = _TOOLS.validate_python(row.response["tools"])
+        try:
+            messages, system, tools = _read_back(chain)
+        except (ValidationError, KeyError, TypeError) as exc:
+            # A row this version cannot read (damaged, or another version's): as if it were
+            # gone, so that the SDK replays the conversation rather than the client failing.
+            log.warning("thread of %s unreadable: %s", thread.previous_message_id, exc)
+            raise ThreadNotFoundError(
+                f"The thread of message '{shorten(thread.previous_message_id)}' cannot be "
+                "read back.",
+                param="thread.previous_message_id",
+            ) from None
         whole = request.model_copy(
             update={
                 "messages": [*messages, *request.messages],
@@ -107,6 +110,9 @@ class MessageThreads:
     async def _chain(self, message_id: str) -> Sequence[StoredResponse]:
         try:
             chain = await self.store.conversation(message_id)
+        except ValueError:  # a row whose JSON is damaged: read as gone (the SDK replays)
+            log.warning("thread of %s: a stored row is not JSON", message_id)
+            chain = []
         except BrokenChainError as exc:
             raise ThreadNotFoundError(
                 f"The thread of message '{shorten(message_id)}' continues "
@@ -120,6 +126,24 @@ class MessageThreads:
                 param="thread.previous_message_id",
             )
         return chain
+
+
+def _read_back(
+    chain: Sequence[StoredResponse],
+) -> tuple[list[MessageParam], Any, list[Tool] | None]:
+    """A stored thread's messages (each turn's, then its reply), and its latest system
+    prompt and tools."""
+    messages: list[MessageParam] = []
+    system: Any = None
+    tools: list[Tool] | None = None
+    for row in chain:
+        messages.extend(_MESSAGES.validate_python(row.input_items))
+        reply = row.response["reply"]
+        messages.append(MessageParam.model_validate({"role": "assistant", "content": reply}))
+        system = row.response.get("system", system)
+        if row.response.get("tools") is not None:
+            tools = _TOOLS.validate_python(row.response["tools"])
+    return messages, system, tools
 
 
 def _check_tool_choice(request: MessagesRequest) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import re
 import shutil
 import subprocess
@@ -31,6 +30,7 @@ import httpx2  # what anthropic's SDK is built on
 import openai
 import pytest
 
+from bench.opening import uncached_prompt
 from bench.process import RunningGateway, start_gateway
 
 MODEL = "smollm2-135m-instruct"
@@ -228,25 +228,6 @@ def test_hosted_tools_keep_their_400_by_default(gateway: RunningGateway) -> None
 # -- streams open at once ------------------------------------------------------------------------
 
 
-def unique_text(words: int) -> str:
-    """A prompt no cache has seen, of about ``words`` tokens."""
-    pool = [
-        "river",
-        "stone",
-        "apple",
-        "cloud",
-        "tiger",
-        "lamp",
-        "paper",
-        "window",
-        "garden",
-        "violin",
-        "copper",
-    ]
-    rng = random.Random(time.time_ns())
-    return " ".join(rng.choice(pool) + str(rng.randrange(100)) for _ in range(words))
-
-
 def first_event_and_first_token(
     client: httpx.Client, path: str, body: dict[str, Any], token_marker: str
 ) -> tuple[float, float, str]:
@@ -266,7 +247,7 @@ def first_event_and_first_token(
 
 def test_every_stream_opens_before_a_long_prefill(agents: RunningGateway) -> None:
     def prompt() -> str:
-        return "Summarize: " + unique_text(700)
+        return "Summarize: " + uncached_prompt(400, seed=time.time_ns())
 
     cases = [
         (
@@ -304,7 +285,7 @@ def test_every_stream_opens_before_a_long_prefill(agents: RunningGateway) -> Non
         first, token_at, line = first_event_and_first_token(client, path, body, token)
         print(f"{path}: first event {first * 1000:.0f} ms, first token {token_at:.2f} s")
         assert line.startswith(opening), (path, line)
-        # The opening went out at once; the prefill of ~700 new tokens came after it.
+        # The opening went out at once; the prefill of ~1.5K new tokens came after it.
         assert first < token_at / 4, (path, first, token_at)
 
 

@@ -104,3 +104,16 @@ async def test_unthreaded_turns_are_not_kept(tmp_path: Path) -> None:
         request(messages=[])
     assert request(messages=[], thread={"type": "continue", "previous_message_id": "m"})
     await store.close()
+
+
+async def test_a_damaged_thread_is_read_as_gone_never_a_500(tmp_path: Path) -> None:
+    store = await open_store(tmp_path)
+    messages, _ = make(store)
+    first = request(thread={"type": "create"})
+    reply = await messages.complete(await messages.start(await messages.prepare(first)), first)
+    follow = request(thread={"type": "continue", "previous_message_id": reply.id})
+    for damage in ("'{\"reply\": 7}'", "'not json'"):
+        store.db.execute(f"UPDATE message_threads SET response = {damage}")
+        with pytest.raises(ThreadNotFoundError):
+            await messages.prepare(follow)
+    await store.close()
