@@ -23,6 +23,10 @@ BENCHMARKS = {
     "task-hint": "a background task's latency sent right after its typing hint vs without one",
     "opening": "a Responses stream's first event by prompt length, with and without 20 tools",
     "structured": "decode tokens/s with constrained decoding (llguidance) vs without",
+    "speculative": (
+        "decode tokens/s with speculation off, prompt lookup and a draft model: an edit, a JSON "
+        "extraction, free chat; same text in every mode"
+    ),
     "embeddings": "POST /v1/embeddings inputs/s for batches of 1, 8 and 32 short texts",
     "versus": "the gateway vs mlx_lm.server: cold, multi-turn and hinted TTFT, decode tokens/s",
     "upstream": "an OpenAI-upstream tier vs the same mlx_lm.server called directly",
@@ -82,6 +86,16 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--slots", type=int, help="experts: expert slots per MoE layer (default 7 of 64)"
+    )
+    parser.add_argument(
+        "--draft-model",
+        help="speculative: a draft model reference (shares the target's tokenizer) for a row",
+    )
+    parser.add_argument(
+        "--tasks",
+        nargs="*",
+        choices=["edit", "json", "chat"],
+        help="speculative: only these tasks (default: all three)",
     )
     parser.add_argument(
         "--context-tokens",

@@ -97,7 +97,7 @@ def main(args: argparse.Namespace) -> int:
     for index in range(args.runs + 1):
         order = list(variants.items())
         for name, grain in order if index % 2 else reversed(order):
-            runner.pacing = FixedPacing(grain)
+            runner.timing.pacing = FixedPacing(grain)
             rate, gaps = decode_run(runner, prompt, args.max_tokens)
             fill = prefill_run(runner, context)
             if index:  # the first run is the warm-up

@@ -268,6 +268,19 @@ class TierSettings(_Section):
         "or an Ollama Modelfile's temperature); default: the wire format's own (1.0). Agents "
         "that send none (Codex CLI) then decode as this tier's model does best.",
     )
+    speculation: Literal["lookup", "off"] = Field(
+        "lookup",
+        description="mlx: speculative decoding. 'lookup' drafts the next tokens from the "
+        "prompt and the output so far (an edit repeats the code it was sent) and verifies "
+        "them in one pass; it stops drafting while that does not pay. 'off': one token a "
+        "step. With draft_model, the draft model drafts instead.",
+    )
+    draft_model: str | None = Field(
+        None,
+        description="mlx: a smaller model (any reference 'model' accepts) that drafts tokens "
+        "for this tier's model, verified by it (the output stays the model's own). It must "
+        "share the model's tokenizer; its memory counts in the tier's.",
+    )
     weights: Literal["auto", "4bit", "float32"] | None = Field(
         None,
         description="mlx, Linux CPU: hold the weights quantized (float32 activations) or "

@@ -226,6 +226,18 @@ class TierMetrics(_Concern):
             ["tier", "kind", "direction"],
             registry=r,
         )
+        self.speculative_drafted = Counter(
+            "gateway_speculative_drafted_tokens",
+            "Tokens drafted for speculative decoding, by tier and method (lookup, draft_model).",
+            ["tier", "method"],
+            registry=r,
+        )
+        self.speculative_accepted = Counter(
+            "gateway_speculative_accepted_tokens",
+            "Drafted tokens the model accepted (each one a decode step saved), by tier and method.",
+            ["tier", "method"],
+            registry=r,
+        )
         self.upstream_errors = Counter(
             "gateway_upstream_errors",
             "Failures of upstream servers by tier and kind (timeout, transport, http_5xx...).",

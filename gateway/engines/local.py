@@ -454,6 +454,7 @@ class LocalBackend:
             state=resident.state,
             memory_bytes=resident.loaded_bytes,
             weights=_weights_health(resident),
+            speculation=resident.speculation,
         )
 
     async def close(self) -> None:

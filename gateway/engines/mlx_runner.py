@@ -1,27 +1,34 @@
 """The MLX model runner: an mlx-lm model folder behind the token-level runner interface.
 
-Token generation is mlx-lm's own ``generate_step`` (its prefill, KV cache and pipelined
-decode); this module adds what a server needs around it: per-job samplers, stop strings,
-usage counts and the cache state left behind for reuse.
+It loads the model, renders prompts, prefills in chunks the scheduler can pause between,
+and runs the decode loop (``gateway.engines.mlx_decode``, a declared fork of mlx-lm's
+``generate_step``); around the tokens it adds what a server needs: per-job samplers, stop
+strings, usage counts and the cache state left behind for reuse. How long its passes take,
+and so how they are cut, is ``gateway.engines.pass_timing``.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.engines.constrained import GrammarConstraint, make_llg_tokenizer
 from gateway.engines.device import ComputePath
+from gateway.engines.draft_model import DraftModel
+from gateway.engines.drafting import Drafter, DraftPolicy
 from gateway.engines.family import TAIL_TOKENS, ModelFamily, family_of
 from gateway.engines.logprobs import TokenSpeller
+from gateway.engines.mlx_decode import DecodeLoop, DecodeStep, pass_points
+from gateway.engines.pass_timing import PassTiming
 from gateway.engines.prefix_disk import weights_fingerprint
+from gateway.engines.prompt_lookup import PromptLookup
 from gateway.engines.reasoning_section import ReasoningSection
 from gateway.engines.runner import KVCache, PromptState
+from gateway.engines.same_tokenizer import tokenizer_mismatch
 from gateway.engines.text_tail import TextTail
 from gateway.engines.weights import WeightsMode, default_mode, load_model
 from gateway.scheduler.pacing import PASS_POINT, JobStep, Pacing, PassPoint
@@ -52,15 +59,10 @@ log = logging.getLogger(__name__)
 # H200, 2,048 tokens of an 8B model take ~75 ms, and smaller chunks waste its width).
 PREFILL_CHUNK_TOKENS = {"metal": 512, "cuda": 2048, "cpu": 64}
 QUANTIZED_CPU_CHUNK = 256
-# A decode step is computed in groups of layers only if it is longer than this: a step in
-# groups is not queued ahead, and a GPU's short steps lose more to that than a user waits
-# behind them (H200, Llama-1B shape, steps ~2.9 ms, gateway bench stages: decode at 0.68
-# of its speed with a 1 ms grain, 0.75 with 2 ms; bench priority behind decode ~1.02 of
-# idle with whole steps). Prefill chunks have no pipelining to lose: any grain.
-MIN_STAGED_STEP_SECONDS = 0.005
-# A chunk with a time budget (``ChunkBudget.seconds``) is never cut below this: every pass
-# reads all the weights once, so a tinier chunk would cost about as long for fewer tokens.
-MIN_TIMED_CHUNK_TOKENS = 8
+# The longest draft verified in one pass (``gateway.engines.drafting`` adapts it below this):
+# a lookup's guess costs nothing to make, a draft model's a step of that model per token.
+MAX_DRAFT_TOKENS = 16
+MAX_MODEL_DRAFT_TOKENS = 8
 
 
 class MLXGeneration:
@@ -93,8 +95,9 @@ class MLXGeneration:
         self._cache: KVCache | None = None
         self._generated: list[int] = []
         self._released_offset = 0  # > 0 while the cache is released: the tokens to recompute
-        self._speller = runner._token_speller() if params.logprobs is not None else None
+        self._speller = runner.token_speller() if params.logprobs is not None else None
         self._mid_pass = False
+        self._loop: DecodeLoop | None = None
         self._events: Generator[JobStep, None, None] = self._run(constraint)
 
     def __iter__(self) -> Iterator[JobStep]:
@@ -137,13 +140,11 @@ class MLXGeneration:
         # between them; the last (partial) chunk goes with the first token's pass. The
         # head's chunks are sized one by one (``pacing``), the tail's size by the
         # chunk wanted now.
-        chunk = runner._chunk_tokens()
+        chunk = runner.timing.chunk_tokens()
         head = len(uncached) - (len(uncached) % chunk or chunk) if len(uncached) > chunk else 0
         max_tokens = params.max_tokens or runner.context_length - len(prompt)
-        section = runner._reasoning_section(prompt, params, self.resumed)
-        steps = runner._sampled_tokens(
-            uncached[head:], cache, params, max_tokens, constraint, self.resumed, section
-        )
+        self._loop = loop = runner.decode_loop(prompt, cache, params, constraint, self.resumed)
+        steps = loop.tokens(uncached[head:], max_tokens)
         text = TextTail(
             runner.tokenizer.detokenizer, params.stop, continues_text=self.continues_text
         )
@@ -156,9 +157,13 @@ class MLXGeneration:
             steps.close()
             # The cache holds every token fed so far (also when stopped mid-prefill); mlx-lm
             # feeds each sampled token one step ahead, so after the prompt that is all or all
-            # but the last generated token.
+            # but the last generated token. A verified draft may have fed tokens past a stop
+            # that ended the reply: those are trimmed.
+            held = prompt + self._generated
             offset = runner.cache_length(cache)
-            self.state = PromptState(cache, tuple((prompt + self._generated)[:offset]))
+            if offset > len(held):
+                offset -= runner.trim_cache(cache, offset - len(held))
+            self.state = PromptState(cache, tuple(held[:offset]))
 
     def _prefill(self, head: list[int]) -> Iterator[JobStep]:
         assert self._cache is not None
@@ -170,7 +175,7 @@ class MLXGeneration:
             self._restore_released_cache()
 
     def _decode(
-        self, steps: Iterator[tuple[int, Any] | PassPoint], text: TextTail, max_tokens: int
+        self, steps: Iterator[DecodeStep], text: TextTail, max_tokens: int
     ) -> Iterator[JobStep]:
         generated, end_tokens = self._generated, self._runner.eos_token_ids
         for step in steps:
@@ -202,12 +207,14 @@ class MLXGeneration:
         yield self._finished("stop" if stopped or hit_end else "length", text)
 
     def _finished(self, reason: FinishReason, text: TextTail) -> Finished:
+        drafted = self._loop.drafted if self._loop is not None else None
         return Finished(
             reason,
             len(self.prompt) - self.resumed,
             len(self._generated) + self.resumed,
             self.cached_tokens,
             text.matched,
+            drafted,
         )
 
     def _choices(self, token: int, logprobs: Any) -> tuple[TokenChoice, ...]:
@@ -219,7 +226,10 @@ class MLXGeneration:
         """Recompute a released cache (``release_cache``) before the next pass uses it."""
         if self._released_offset:
             assert self._cache is not None
-            fed = (self.prompt + self._generated)[: self._released_offset]
+            # The loop's text: a verified draft's tokens are in the cache before they
+            # are all yielded.
+            text = self._loop.history if self._loop is not None else self.prompt
+            fed = text[: self._released_offset]
             for _done in self._runner.prefill(fed, self._cache):
                 pass
             self._released_offset = 0
@@ -242,6 +252,8 @@ class MLXRunner:
         weights: WeightsMode | None = None,
         experts: StreamedExperts | None = None,
         pacing: Pacing | None = None,
+        speculation: str = "lookup",
+        draft_folder: Path | None = None,
     ) -> None:
         import mlx.core as mx
 
@@ -270,19 +282,30 @@ class MLXRunner:
             # Each chunk dequantizes every layer once (gateway.engines.weights): longer
             # chunks spread that cost over more tokens.
             self.prefill_chunk_tokens = max(self.prefill_chunk_tokens, QUANTIZED_CPU_CHUNK)
-        # Who may arrive, as the scheduler sees it: each prefill chunk's budget (small while a
-        # user may be waiting) and whether a decode step may be queued ahead. None: always
-        # the engine's own chunk, always one step ahead (so is the warm-up below; ``pacing``
-        # is set after it).
-        self.pacing: Pacing | None = None
-        self._seconds_per_token: float | None = None  # of the last prefill chunk
-        self._seconds_per_step: float | None = None  # of decode steps, lately
+        # The pace of its passes, and who may arrive as the scheduler sees it: each prefill
+        # chunk's budget (small while a user may be waiting) and whether a decode step may
+        # be queued ahead. Without pacing: always the engine's own chunk, always one step
+        # ahead (so is the warm-up below; ``pacing`` is given after it).
+        self.timing = PassTiming(compute.device, self.prefill_chunk_tokens)
+        # Drafting (``gateway.engines.drafting``): "lookup" by default, or "off"; a draft
+        # model, where one is given, drafts instead of the lookup.
+        self.speculation = speculation
+        self.draft_model: Any = None
+        if draft_folder is not None:
+            mismatch = tokenizer_mismatch(folder, draft_folder)
+            if mismatch:
+                raise ValueError(
+                    f"draft model {draft_folder} does not share the tokenizer of {model_id}: "
+                    f"{mismatch}"
+                )
+            self.draft_model, _, _ = load_model(draft_folder, self.weights)
+            self.speculation = "draft_model"
         self.template_knows_tools = template_knows_tools(
             getattr(self.tokenizer, "chat_template", None)
         )
         self._speller: TokenSpeller | None = None  # built on the first request for logprobs
         self._warm_up()
-        self.pacing = pacing
+        self.timing.pacing = pacing
         mx.reset_peak_memory()  # report the serving peak, not the load-time conversion
         log.info("model %s ready on %s", model_id, compute.as_dict())
 
@@ -380,95 +403,33 @@ class MLXRunner:
     def cache_length(self, cache: KVCache) -> int:
         return int(cache[0].offset) if cache else 0
 
+    def trim_cache(self, cache: KVCache, tokens: int) -> int:
+        """Drop the last ``tokens`` from ``cache``; returns how many it could drop."""
+        from mlx_lm.models.cache import trim_prompt_cache
+
+        trimmed: Any = trim_prompt_cache(cache, tokens)  # typed as a list; it is a count
+        return int(trimmed)
+
     def prefill(self, tokens: Sequence[int], cache: KVCache) -> Iterator[int | PassPoint]:
         import mlx.core as mx
 
-        done = 0
+        timing, done = self.timing, 0
         while done < len(tokens):
-            chunk = list(tokens[done : done + self._chunk_tokens()])
+            chunk = list(tokens[done : done + timing.chunk_tokens()])
             started = time.perf_counter()
             self.model(mx.array(chunk)[None], cache=cache)
             states = [c.state for c in cache]
             # The time spent paused inside the chunk is not its pace.
-            paused = yield from self._pass_points(cache, self._stages(self._pass_seconds(chunk)))
+            paused = yield from pass_points(cache, timing.pass_stages(chunk))
             mx.eval(states)
             seconds = time.perf_counter() - started - paused
-            self._seconds_per_token = seconds / len(chunk)
+            timing.note_chunk(seconds, len(chunk))
             done += len(chunk)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "prefill chunk: %d tokens in %.1f ms (at %d)", len(chunk), seconds * 1e3, done
                 )
             yield done
-
-    def _chunk_tokens(self) -> int:
-        """The next prefill chunk: the scheduler's budget, its seconds turned into tokens at
-        the pace of the last chunk (which grows with the context), rounded down to a power
-        of two. Not on CUDA: MLX's CUDA backend compiles kernels for each new chunk shape
-        (its length and its position), ~70 ms against ~7 ms for a shape it has seen
-        (Llama-1B shape, H200), and chunks whose length followed the clock made nearly every
-        chunk new; there the budget's tokens alone decide, so positions recur. The CPU and
-        Metal keep the timed chunks (the compile was measured on CUDA only)."""
-        if self.pacing is None:
-            return self.prefill_chunk_tokens
-        budget = self.pacing.chunk_budget(self.prefill_chunk_tokens)
-        per_token = self._seconds_per_token
-        if budget.seconds is None or not per_token or self.compute.device == "cuda":
-            return budget.tokens
-        fitting = int(budget.seconds / per_token)
-        tokens = max(min(MIN_TIMED_CHUNK_TOKENS, budget.tokens), min(budget.tokens, fitting))
-        return 1 << (tokens.bit_length() - 1)
-
-    def _decode_ahead(self) -> bool:
-        """Whether to queue the next decode step now: as the scheduler says, and never for a
-        step computed in stages (a pause there would leave it computing behind the user)."""
-        return self.pacing is None or (self.pacing.decode_ahead() and self._step_stages() == 1)
-
-    def _stages(self, seconds: float | None) -> int:
-        """In how many groups of layers to compute a pass of about ``seconds``: each about the
-        scheduler's pause grain; whole without one, or before the pace is known."""
-        grain = None if self.pacing is None else self.pacing.pause_grain()
-        if not grain or not seconds:
-            return 1
-        return max(1, math.ceil(seconds / grain))
-
-    def _step_stages(self) -> int:
-        """The next decode step's groups: whole while steps are short
-        (``MIN_STAGED_STEP_SECONDS``)."""
-        seconds = self._seconds_per_step
-        return self._stages(seconds) if seconds and seconds > MIN_STAGED_STEP_SECONDS else 1
-
-    def _pass_points(self, cache: KVCache, stages: int) -> Generator[PassPoint, None, float]:
-        """Compute the pass just built into ``cache`` in ``stages`` groups of layers (from
-        ``_stages``: about the scheduler's pause grain each), yielding ``PASS_POINT`` after
-        each group but the last: points where the job may be paused with the rest of the
-        pass still lazy (``Pacing.pause_grain``). Returns the seconds spent suspended there.
-
-        A group ends at a layer's cache: its keys and values need every layer below it, and
-        nothing above. They are taken now, as a paused job's cache may be replaced."""
-        import mlx.core as mx
-
-        stages = min(stages, len(cache))
-        ends = [cache[len(cache) * k // stages].state for k in range(1, stages)]
-        suspended = 0.0
-        for arrays in ends:
-            mx.eval(arrays)
-            point = time.perf_counter()
-            yield PASS_POINT
-            suspended += time.perf_counter() - point
-        return suspended
-
-    def _pass_seconds(self, tokens: Sequence[int]) -> float:
-        """About how long a pass over ``tokens`` takes at the measured pace (0: not known):
-        the last prefill chunk's time per token, and never less than a decode step."""
-        per_token, per_step = self._seconds_per_token, self._seconds_per_step
-        return max(len(tokens) * (per_token or 0.0), per_step or 0.0)
-
-    def _note_step(self, seconds: float) -> None:
-        """A decode step's compute (the pace that decides its stages; it grows with the
-        context), smoothed: a step read after a pause at a token has computed meanwhile."""
-        last = self._seconds_per_step
-        self._seconds_per_step = seconds if last is None else (last + seconds) / 2
 
     # -- embeddings --------------------------------------------------------------------------
 
@@ -505,7 +466,7 @@ class MLXRunner:
             self, prompt, params, state, constraint, continues_text=continues_text, resumed=resumed
         )
 
-    def _token_speller(self) -> TokenSpeller:
+    def token_speller(self) -> TokenSpeller:
         if self._speller is None:
             self._speller = TokenSpeller(self.tokenizer)
         return self._speller
@@ -519,7 +480,7 @@ class MLXRunner:
             self._llg_tokenizer, grammar, use_metal=self.compute.device == "metal"
         )
 
-    def _reasoning_section(
+    def reasoning_section(
         self, prompt: Sequence[int], params: SamplingParams, resumed: int
     ) -> ReasoningSection | None:
         """The processor that opens the reasoning section and ends it on budget, when the
@@ -537,111 +498,46 @@ class MLXRunner:
         spent = None if opened is None else len(prompt) - max(opened, len(prompt) - resumed)
         return ReasoningSection(start[0], end[0], params.reasoning_budget, spent, open_first)
 
-    def _sampled_tokens(
+    def decode_loop(
         self,
-        uncached: list[int],
+        prompt: Sequence[int],
         cache: KVCache,
         params: SamplingParams,
-        max_tokens: int,
-        constraint: GrammarConstraint | None,
+        constraint: GrammarConstraint | None = None,
         resumed: int = 0,
-        section: ReasoningSection | None = None,
-    ) -> Generator[tuple[int, Any] | PassPoint, None, None]:
-        """Token ids and the log-probabilities they were drawn from (after every processor,
-        the grammar's mask included): the first from one pass over the uncached prompt, the
-        rest from mlx-lm.
-
-        mlx-lm's ``generate_step`` prefills all but the last prompt token and then runs the
-        last one alone: one more forward pass before the first token, which on a long
-        cached context costs a decode step's worth of attention. Here the first token comes
-        from a single pass; mlx-lm's pipelined loop (same sampler, same processors, same
-        cache) takes over from it.
-        """
-        import mlx.core as mx
-
+    ) -> DecodeLoop:
+        """The decode loop of a generation over ``prompt``: its sampler, its processors
+        (penalties and bias, then a reasoning budget, then the grammar's mask, last: whatever
+        biases did, only allowed tokens remain) and, where drafting is on, its drafter."""
         from gateway.engines.sampling import make_job_logits_processors, make_job_sampler
 
         sampler = make_job_sampler(params, draws_done=resumed)
         if constraint is not None:
             sampler = constraint.watch(sampler)
-        # The grammar's mask comes last: whatever biases did, only allowed tokens remain.
-        grammar: list[Callable[[mx.array, mx.array], mx.array]] = (
-            [constraint] if constraint is not None else []
-        )
+        section = self.reasoning_section(prompt, params, resumed)
+        last: list[Callable[[Any, Any], Any]] = [constraint] if constraint is not None else []
         if section is not None:  # before the mask, which allows the markers it forces
-            grammar.insert(0, section)
-        fed = mx.array(uncached)
-        logits = self.model(fed[None], cache=cache)[:, -1, :]
-        yield from self._pass_points(cache, self._stages(self._pass_seconds(uncached)))
-        for processor in [*make_job_logits_processors(params, len(uncached)), *grammar]:
-            logits = processor(fed, logits)
-        logprobs = logits - mx.logsumexp(logits, keepdims=True)
-        first = int(sampler(logprobs).item())  # type: ignore[arg-type]
-        yield first, logprobs[0]
-        if max_tokens <= 1:
-            return
-        processors = [*make_job_logits_processors(params, 0), *grammar]  # completion only
-        yield from self._decode_steps(first, cache, sampler, processors, max_tokens - 1)
+            last.insert(0, section)
+        return DecodeLoop(
+            self.model,
+            cache,
+            self.timing,
+            sampler,
+            partial(make_job_logits_processors, params),
+            last,
+            list(prompt),
+            self._drafting(prompt, params),
+        )
 
-    def _decode_steps(
-        self,
-        first: int,
-        cache: KVCache,
-        sampler: Callable[[Any], Any],
-        processors: list[Callable[[Any, Any], Any]],
-        count: int,
-    ) -> Generator[tuple[int, Any] | PassPoint, None, None]:
-        """``count`` tokens after ``first``, as mlx-lm's ``generate_step`` computes them: the
-        same pass on its generation stream, sampler and processors, each step queued while
-        the one before is still computing (so the device never waits for Python) — except
-        when the scheduler says not to (``Pacing.decode_ahead``: a job about to pause) or the
-        step is computed in groups of layers (``_step_stages``). Then the step is queued only
-        once the token before it is read, and a job paused there leaves nothing computing
-        behind it."""
-        import mlx.core as mx
-        from mlx_lm.generate import generation_stream
-
-        seen: Any = None  # the completion so far, as the processors see it
-
-        def step(token: Any) -> tuple[Any, Any]:
-            nonlocal seen
-            with mx.stream(generation_stream):
-                logits = self.model(token[None], cache=cache)[:, -1, :]
-                if processors:
-                    seen = token if seen is None else mx.concat([seen, token])
-                    for processor in processors:
-                        logits = processor(seen, logits)
-                logprobs = logits - mx.logsumexp(logits, keepdims=True)
-                return sampler(logprobs), logprobs.squeeze(0)
-
-        # A step's compute: the inference thread's time between two tokens read, less the
-        # time it spent suspended at a yield (a pause, the scheduler's hand-over).
-        read_at, suspended = time.perf_counter(), 0.0
-
-        def queued(token: Any) -> Generator[PassPoint, None, tuple[Any, Any]]:
-            nonlocal suspended
-            pass_ = step(token)
-            suspended += yield from self._pass_points(cache, self._step_stages())
-            mx.async_eval(*pass_)
-            return pass_
-
-        current = yield from queued(mx.array([first]))
-        for n in range(count):
-            # Like generate_step, also one step past the last token (it feeds that token
-            # into the cache, which the prefix store then holds).
-            ahead = step(current[0]) if self._decode_ahead() else None
-            if ahead is not None:
-                mx.async_eval(*ahead)
-            token = int(current[0].item())
-            now = time.perf_counter()
-            self._note_step(now - read_at - suspended)
-            yield token, current[1]
-            read_at, suspended = now, time.perf_counter() - now
-            if n % 256 == 0:
-                mx.clear_cache()
-            if ahead is None:  # resumed (or going on) after a step not queued ahead
-                ahead = yield from queued(current[0])
-            current = ahead
+    def _drafting(
+        self, prompt: Sequence[int], params: SamplingParams
+    ) -> tuple[Drafter, DraftPolicy] | None:
+        """The drafter of a generation, where speculation is on for this runner."""
+        if self.speculation == "off":
+            return None
+        if self.draft_model is not None:
+            return DraftModel(self.draft_model), DraftPolicy(MAX_MODEL_DRAFT_TOKENS)
+        return PromptLookup(), DraftPolicy(MAX_DRAFT_TOKENS)
 
 
 def mlx_memory() -> dict[str, int]:

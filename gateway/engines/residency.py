@@ -48,6 +48,8 @@ class Resident:
     keep_alive_seconds: float  # 0: never unloaded for idleness
     weights: WeightsChoice | None = None  # the form its weights take (None: not planned)
     expert_stats: ExpertStats | None = None  # experts streamed: hits, misses, reads
+    # Speculative decoding: "lookup", "off" or "draft_model <reference>" (for /health).
+    speculation: str | None = None
     runner: ModelRunner | None = None
     loaded_bytes: int = 0  # measured at load time
     in_use: int = 0  # requests holding the runner (queued, running or paused)

@@ -369,6 +369,10 @@ class PromptTokensDetails(BaseModel):
 
 class CompletionTokensDetails(BaseModel):
     reasoning_tokens: int = 0
+    # OpenAI's Predicted Outputs fields; here: tokens drafted by speculative decoding that the
+    # model accepted, and those it did not (each accepted one a decode step saved).
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
 
 class Usage(BaseModel):
@@ -376,7 +380,8 @@ class Usage(BaseModel):
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
-    # Set for models that think: the completion tokens of the reasoning section.
+    # Set for models that think (the completion tokens of the reasoning section) and where
+    # tokens were drafted (speculative decoding).
     completion_tokens_details: CompletionTokensDetails | None = None
 
 

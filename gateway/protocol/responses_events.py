@@ -76,6 +76,9 @@ class InputTokensDetails(BaseModel):
 
 class OutputTokensDetails(BaseModel):
     reasoning_tokens: int = 0
+    # Extension, as in chat completions' usage: drafted tokens the model accepted
+    # (speculative decoding), each a decode step saved.
+    accepted_prediction_tokens: int = 0
 
 
 class ResponseUsage(BaseModel):

@@ -47,6 +47,7 @@ class OpsController(Controller):
                     "loaded": state.loaded,
                     "memory_bytes": state.memory_bytes,
                     **({"weights": state.weights} if state.weights else {}),
+                    **({"speculation": state.speculation} if state.speculation else {}),
                     **({"cluster": state.cluster} if state.cluster else {}),
                     **({"detail": state.detail} if state.detail else {}),
                 }

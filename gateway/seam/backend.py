@@ -223,6 +223,16 @@ class TokenEvent:
 
 
 @dataclass(frozen=True)
+class Drafted:
+    """Speculative decoding's share of a generation: ``method`` ("lookup", "draft_model")
+    drafted ``drafted`` tokens, of which the model accepted ``accepted``."""
+
+    method: str
+    drafted: int
+    accepted: int
+
+
+@dataclass(frozen=True)
 class Finished:
     """The last event: why the generation ended, and its usage."""
 
@@ -231,6 +241,7 @@ class Finished:
     completion_tokens: int
     cached_tokens: int = 0
     stop_sequence: str | None = None  # the stop string that ended it, if one did
+    drafted: Drafted | None = None  # where the tokens were drafted and verified
 
 
 BackendEvent = Started | PrefillProgress | TokenEvent | Finished
@@ -248,6 +259,8 @@ class BackendHealth:
     detail: str | None = None
     # Local tiers: how the weights are held ({"mode", "bytes", "reason"}, gateway.engines.weights).
     weights: dict[str, Any] | None = None
+    # Local tiers: speculative decoding ("lookup", "off", "draft_model <reference>").
+    speculation: str | None = None
     # Distributed tiers: the cluster's ranks, hosts, state and restarts (gateway.engines.distributed).
     cluster: dict[str, Any] | None = None
 

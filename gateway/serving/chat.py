@@ -29,6 +29,7 @@ from gateway.protocol.openai import (
 )
 from gateway.seam.backend import (
     BackendEvent,
+    Drafted,
     Finished,
     GenerationRequest,
     PrefillProgress,
@@ -219,18 +220,26 @@ class ChatRun:
     def stop_sequence(self) -> str | None:
         return self.finished.stop_sequence if self.finished is not None else None
 
+    @property
+    def drafted(self) -> Drafted | None:
+        return self.finished.drafted if self.finished is not None else None
+
     def usage(self) -> Usage:
-        prompt = self.prompt_tokens
+        prompt, drafted = self.prompt_tokens, self.drafted
+        details = None
+        if self.splitter is not None or drafted is not None:
+            accepted = drafted.accepted if drafted else 0
+            details = CompletionTokensDetails(
+                reasoning_tokens=self.reasoning_tokens,
+                accepted_prediction_tokens=accepted,
+                rejected_prediction_tokens=drafted.drafted - accepted if drafted else 0,
+            )
         return Usage(
             prompt_tokens=prompt,
             completion_tokens=self.completion_tokens,
             total_tokens=prompt + self.completion_tokens,
             prompt_tokens_details=PromptTokensDetails(cached_tokens=self.cached_tokens),
-            completion_tokens_details=CompletionTokensDetails(
-                reasoning_tokens=self.reasoning_tokens
-            )
-            if self.splitter is not None
-            else None,
+            completion_tokens_details=details,
         )
 
 
@@ -620,6 +629,10 @@ class ChatService:
         self.metrics.generation_tokens.labels(model).inc(run.completion_tokens)
         self.metrics.tier_tokens.labels(tier, kind, "prompt").inc(prompt)
         self.metrics.tier_tokens.labels(tier, kind, "generation").inc(run.completion_tokens)
+        if run.drafted is not None:
+            method = run.drafted.method
+            self.metrics.speculative_drafted.labels(tier, method).inc(run.drafted.drafted)
+            self.metrics.speculative_accepted.labels(tier, method).inc(run.drafted.accepted)
         if first_token_at is not None and run.completion_tokens > 1:
             elapsed = time.perf_counter() - first_token_at
             if elapsed > 0:

@@ -88,7 +88,10 @@ def _response(
             input_tokens=run.prompt_tokens,
             input_tokens_details=InputTokensDetails(cached_tokens=run.cached_tokens),
             output_tokens=run.completion_tokens,
-            output_tokens_details=OutputTokensDetails(reasoning_tokens=run.reasoning_tokens),
+            output_tokens_details=OutputTokensDetails(
+                reasoning_tokens=run.reasoning_tokens,
+                accepted_prediction_tokens=run.drafted.accepted if run.drafted else 0,
+            ),
             total_tokens=run.prompt_tokens + run.completion_tokens,
         )
     choice = request.tool_choice

@@ -11,6 +11,8 @@ never checks which one it has.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Protocol
 
 from gateway.config import ConfigError, Settings, TierSettings
@@ -18,6 +20,7 @@ from gateway.engines.device import ComputePath
 from gateway.engines.experts.plan import ExpertStreaming, StreamedExperts
 from gateway.engines.footprint import model_bytes
 from gateway.engines.runner import ModelRunner
+from gateway.engines.same_tokenizer import tokenizer_mismatch
 from gateway.engines.weights import WeightsChoice, WeightsMode, choose_weights, plan_streamed
 from gateway.modelstore.sources import ResolvedModel, parse_model_ref, resolve
 from gateway.modelstore.store import ModelStore
@@ -52,9 +55,11 @@ class LocalModelKit(Protocol):
         /,
         experts: StreamedExperts | None = None,
         pacing: Pacing | None = None,
+        drafting: Drafting | None = None,
     ) -> ModelRunner:
         """A loaded runner (a ``RunnerFactory``); called on the inference thread. ``pacing``:
-        what its passes ask between them (the scheduler)."""
+        what its passes ask between them (the scheduler); ``drafting``: the tier's
+        speculative decoding."""
         ...
 
     def memory(self) -> dict[str, int]:
@@ -67,6 +72,14 @@ class LocalModelKit(Protocol):
         """The form of a tier's weights and the bytes they will hold, or None to load the
         model as it is. Runs on the inference thread (it may import the model first)."""
         ...
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """A tier's speculative decoding (``TierSettings.speculation``, ``draft_model``)."""
+
+    speculation: str = "lookup"
+    draft_model: str | None = None
 
 
 def resolve_model(settings: Settings, model_id: str) -> ResolvedModel:
@@ -89,12 +102,23 @@ class MLXModelKit:
         /,
         experts: StreamedExperts | None = None,
         pacing: Pacing | None = None,
+        drafting: Drafting | None = None,
     ) -> ModelRunner:
         from gateway.engines.mlx_runner import MLXRunner
 
         model = resolve_model(self.settings, model_id)
+        drafting = drafting or Drafting()
+        draft = drafting.draft_model
         return MLXRunner(
-            model_id, model.folder, compute, model.default_stop, weights, experts, pacing
+            model_id,
+            model.folder,
+            compute,
+            model.default_stop,
+            weights,
+            experts,
+            pacing,
+            speculation=drafting.speculation,
+            draft_folder=resolve_model(self.settings, draft).folder if draft else None,
         )
 
     def memory(self) -> dict[str, int]:
@@ -113,10 +137,33 @@ class MLXModelKit:
                 settings.expert_slots, settings.expert_cache_bytes, settings.expert_policy
             )
             try:
-                return plan_streamed(compute, folder, budget, preference, streaming)
+                choice = plan_streamed(compute, folder, budget, preference, streaming)
             except ValueError as exc:
                 raise ConfigError(f"tier {tier!r}: {exc}") from exc
-        return choose_weights(compute, model_bytes(folder), budget, preference)
+        else:
+            choice = choose_weights(compute, model_bytes(folder), budget, preference)
+        if settings.draft_model is None:
+            return choice
+        return self._with_draft(choice, folder, tier, settings)
+
+    def _with_draft(
+        self, choice: WeightsChoice, folder: Path, tier: str, settings: TierSettings
+    ) -> WeightsChoice:
+        """The tier's weights with its draft model's: held in the same form, counted in the
+        tier's memory. A draft that does not share the tokenizer is refused here, at start."""
+        assert settings.draft_model is not None
+        draft = resolve_model(self.settings, settings.draft_model).folder
+        mismatch = tokenizer_mismatch(folder, draft)
+        if mismatch:
+            raise ConfigError(
+                f"tier {tier!r}: draft_model {settings.draft_model!r} does not share the "
+                f"tokenizer of model {settings.model!r}: {mismatch}"
+            )
+        held = model_bytes(draft)
+        draft_bytes = {"float32": held.float32, "quantized": held.quantized}.get(
+            choice.mode, held.stored
+        )
+        return replace(choice, bytes=choice.bytes + draft_bytes)
 
 
 class GivenRunnerKit:
@@ -134,8 +181,9 @@ class GivenRunnerKit:
         /,
         experts: StreamedExperts | None = None,
         pacing: Pacing | None = None,
+        drafting: Drafting | None = None,
     ) -> ModelRunner:
-        # A test's runner is a fake: it computes no passes to pace.
+        # A test's runner is a fake: it computes no passes to pace, and drafts nothing.
         if experts is None:  # a test's factory may not take them
             return self.factory(model_id, compute, weights)
         return self.factory(model_id, compute, weights, experts=experts)

@@ -26,7 +26,7 @@ from gateway.scheduler.slot import Scheduler
 from gateway.seam.backend import Backend
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.wiring.clusters import distributed_backend
-from gateway.wiring.kit import LocalModelKit
+from gateway.wiring.kit import Drafting, LocalModelKit
 
 
 def prefix_disk_folder(settings: Settings) -> Path:
@@ -80,6 +80,7 @@ class TierBackends:
             self.compute,
             weights.mode if weights else "native",
             pacing=self.scheduler,  # its passes ask the slot who may arrive
+            drafting=Drafting(tier.speculation, tier.draft_model),
         )
         expert_stats = None
         if weights is not None and weights.experts is not None:
@@ -94,6 +95,9 @@ class TierBackends:
                 keep_alive_seconds=tier.keep_alive_seconds,
                 weights=weights,
                 expert_stats=expert_stats,
+                speculation=f"draft_model {tier.draft_model}"
+                if tier.draft_model
+                else tier.speculation,
             )
         )
         return LocalBackend(

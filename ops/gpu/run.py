@@ -59,6 +59,17 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
         # What computing a pass in groups of layers costs there (the grains' bounds).
         ("stages", "llama-1b-bf16", ["--runs", "5"]),
     ],
+    # Issue 34: speculative decoding. The real SmolLM2 (bf16) on the three tasks, off vs
+    # prompt lookup; the Llama-1B shape with itself as its draft (every guess right: the
+    # upper bound) and with SmolLM2 as its draft (same tokenizer, other weights: nearly every
+    # guess wrong, the adaptive floor), free chat.
+    "speculative": [
+        ("speculative", "smollm2-bf16", ["--runs", "5", "--max-tokens", "256"]),
+        ("speculative", "llama-1b-bf16", ["--runs", "5", "--max-tokens", "128", "--tasks", "chat",
+                                          "--draft-model", "{model:llama-1b-bf16}"]),
+        ("speculative", "llama-1b-bf16", ["--runs", "5", "--max-tokens", "128", "--tasks", "chat",
+                                          "--draft-model", "{model:smollm2-bf16}"]),
+    ],
 }  # fmt: skip
 # A step is started only when at least this much of the budget is left (seconds).
 MIN_LEFT = {"smollm2": 60, "llama-1b": 75, "llama-8b": 150, "tiny": 20}
@@ -156,6 +167,10 @@ def run_phase(phase: Phase, which: str, models: Path, smollm2: Path, before: Pat
             phase.result["limits"][name] = model_limits(folder, phase.result["limits"]["ceilings"])
         out = phase.out / f"{kind}-{index}.json"
         places = {"{before}": str(before), "{profiles}": str(models.parent / "profiles" / name)}
+        for arg in args:  # another model the step names ("{model:NAME}"), built here too
+            if arg.startswith("{model:"):
+                other = arg[len("{model:") : -1]
+                places[arg] = str(build_models(phase, models, smollm2, [other]).get(other))
         argv = [sys.executable, "-m", "gateway", "bench", kind, "--model-folder", str(folder),
                 *(places.get(arg, arg) for arg in args), "--json", str(out)]  # fmt: skip
         if phase.run(f"{kind} {name}", argv, phase.left() - 10) and out.exists():

@@ -6,7 +6,6 @@ a prefill chunk's time budget becomes tokens at the measured pace."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 import mlx.core as mx
 import pytest
@@ -14,7 +13,8 @@ from mlx_lm.generate import generate_step
 
 from gateway.config import default_cache_dir
 from gateway.engines.device import choose_compute_path
-from gateway.engines.mlx_runner import MIN_TIMED_CHUNK_TOKENS, MLXRunner
+from gateway.engines.mlx_runner import MLXRunner
+from gateway.engines.pass_timing import MIN_TIMED_CHUNK_TOKENS
 from gateway.engines.runner import PromptState
 from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
 from gateway.scheduler.pacing import PASS_POINT, ChunkBudget
@@ -49,7 +49,8 @@ class ScriptedPacing:
 @pytest.fixture(scope="module")
 def runner() -> MLXRunner:
     folder = ModelStore(default_cache_dir()).path_for(DEFAULT_MODEL_ID)
-    return MLXRunner(DEFAULT_MODEL_ID, folder, choose_compute_path())
+    # Drafting off: these tests are about the pipelined steps (test_speculative_decode: both).
+    return MLXRunner(DEFAULT_MODEL_ID, folder, choose_compute_path(), speculation="off")
 
 
 def prompt_of(runner: MLXRunner) -> list[int]:
@@ -80,22 +81,22 @@ def test_greedy_tokens_are_mlx_lms_whether_or_not_steps_are_queued_ahead(
     ]
     params = SamplingParams(max_tokens=TOKENS, temperature=0.0)
     for script in (alternating(), iter(lambda: False, None)):
-        runner.pacing = pacing = ScriptedPacing(script)
+        runner.timing.pacing = pacing = ScriptedPacing(script)
         try:
             assert tokens_of(runner, params) == reference
         finally:
-            runner.pacing = None
+            runner.timing.pacing = None
         assert pacing.asked >= TOKENS - 1
 
 
 def test_sampled_tokens_do_not_depend_on_queuing_ahead(runner: MLXRunner) -> None:
     params = SamplingParams(max_tokens=TOKENS, temperature=0.9, top_p=0.95, seed=7)
     pipelined = tokens_of(runner, params)
-    runner.pacing = ScriptedPacing(alternating())
+    runner.timing.pacing = ScriptedPacing(alternating())
     try:
         assert tokens_of(runner, params) == pipelined
     finally:
-        runner.pacing = None
+        runner.timing.pacing = None
 
 
 @pytest.mark.parametrize("ahead", [True, False])
@@ -104,7 +105,7 @@ def test_a_paused_generation_leaves_a_step_computing_only_when_queued_ahead(
 ) -> None:
     prompt = prompt_of(runner)
     cache = runner.new_cache()
-    runner.pacing = ScriptedPacing(iter(lambda: ahead, None))
+    runner.timing.pacing = ScriptedPacing(iter(lambda: ahead, None))
     try:
         generation = runner.generate(
             prompt, SamplingParams(max_tokens=TOKENS, temperature=0.0), PromptState(cache, ())
@@ -117,42 +118,41 @@ def test_a_paused_generation_leaves_a_step_computing_only_when_queued_ahead(
         fed = runner.cache_length(cache)
         generation.close()
     finally:
-        runner.pacing = None
+        runner.timing.pacing = None
     # Fed: the prompt and every token but the last read (the next step feeds that one).
     assert fed == len(prompt) + 2 + (1 if ahead else 0)
 
 
 def test_a_time_budget_becomes_tokens_at_the_measured_pace(runner: MLXRunner) -> None:
-    runner.pacing = ScriptedPacing(iter(()), ChunkBudget(16, seconds=0.04))
+    runner.timing.pacing = ScriptedPacing(iter(()), ChunkBudget(16, seconds=0.04))
     try:
-        runner._seconds_per_token = None  # not measured yet: the budget's tokens
-        assert runner._chunk_tokens() == 16
-        runner._seconds_per_token = 0.002  # 20 would fit: at most the budget's tokens
-        assert runner._chunk_tokens() == 16
-        runner._seconds_per_token = 0.004  # 10 fit: 8, a power of two (a shape seen before)
-        assert runner._chunk_tokens() == 8
-        runner._seconds_per_token = 0.0027  # 14 fit: 8 again
-        assert runner._chunk_tokens() == 8
-        runner.pacing = ScriptedPacing(iter(()), ChunkBudget(512, seconds=0.04))
+        runner.timing.seconds_per_token = None  # not measured yet: the budget's tokens
+        assert runner.timing.chunk_tokens() == 16
+        runner.timing.seconds_per_token = 0.002  # 20 would fit: at most the budget's tokens
+        assert runner.timing.chunk_tokens() == 16
+        runner.timing.seconds_per_token = 0.004  # 10 fit: 8, a power of two (a shape seen before)
+        assert runner.timing.chunk_tokens() == 8
+        runner.timing.seconds_per_token = 0.0027  # 14 fit: 8 again
+        assert runner.timing.chunk_tokens() == 8
+        runner.timing.pacing = ScriptedPacing(iter(()), ChunkBudget(512, seconds=0.04))
         lengths = set()
         for pace in (1e-4, 1.1e-4, 1.3e-4, 2e-4, 3.3e-4, 7e-4):  # 400, 363, 307, 200, 121, 57 fit
-            runner._seconds_per_token = pace
-            lengths.add(runner._chunk_tokens())
+            runner.timing.seconds_per_token = pace
+            lengths.add(runner.timing.chunk_tokens())
         assert lengths == {256, 128, 64, 32}  # six paces, four lengths
-        compute = runner.compute
-        runner.compute = replace(compute, device="cuda")  # shapes compiled per length there
+        runner.timing.device = "cuda"  # shapes compiled per length there
         try:
-            assert {runner._chunk_tokens() for _ in range(2)} == {512}  # the budget's tokens
+            assert {runner.timing.chunk_tokens() for _ in range(2)} == {512}  # the budget's tokens
         finally:
-            runner.compute = compute
-        runner.pacing = ScriptedPacing(iter(()), ChunkBudget(16, seconds=0.04))
-        runner._seconds_per_token = 0.1  # none fits: the smallest worth a pass
-        assert runner._chunk_tokens() == MIN_TIMED_CHUNK_TOKENS
+            runner.timing.device = runner.compute.device
+        runner.timing.pacing = ScriptedPacing(iter(()), ChunkBudget(16, seconds=0.04))
+        runner.timing.seconds_per_token = 0.1  # none fits: the smallest worth a pass
+        assert runner.timing.chunk_tokens() == MIN_TIMED_CHUNK_TOKENS
         cache = runner.new_cache()
         assert list(runner.prefill(list(range(100, 140)), cache))[-1] == 40
-        assert runner._seconds_per_token is not None and runner._seconds_per_token > 0
+        assert runner.timing.seconds_per_token is not None and runner.timing.seconds_per_token > 0
     finally:
-        runner.pacing = None
+        runner.timing.pacing = None
 
 
 def always(value: bool) -> Iterator[bool]:
@@ -172,7 +172,7 @@ def test_passes_in_stages_paused_inside_for_another_job_change_no_token(
     whole = list(runner.generate(prompt_of(runner), params))
     user_alone = tokens_of(runner, user_params, user_prompt)
     layers = len(runner.new_cache())
-    runner.pacing = pacing = ScriptedPacing(always(True), grain=1e-9)  # a group per layer
+    runner.timing.pacing = pacing = ScriptedPacing(always(True), grain=1e-9)  # a group per layer
     try:
         staged, points, user_runs = [], 0, []
         for event in runner.generate(prompt_of(runner), params):
@@ -185,7 +185,7 @@ def test_passes_in_stages_paused_inside_for_another_job_change_no_token(
                 continue
             staged.append(event)
     finally:
-        runner.pacing = None
+        runner.timing.pacing = None
     assert staged == whole  # tokens, text, log-probabilities and usage
     finished = whole[-1]
     assert isinstance(finished, Finished) and finished.completion_tokens > 3
@@ -196,22 +196,22 @@ def test_passes_in_stages_paused_inside_for_another_job_change_no_token(
 
 
 def test_only_a_pass_longer_than_the_grain_is_computed_in_stages(runner: MLXRunner) -> None:
-    runner.pacing = ScriptedPacing(always(True), grain=0.01)
+    runner.timing.pacing = ScriptedPacing(always(True), grain=0.01)
     try:
-        assert runner._stages(None) == 1  # the pace not known yet: whole
-        assert runner._stages(0.004) == 1  # a GPU's decode step: whole, queued ahead
-        assert runner._stages(0.065) == 7  # this CPU's: groups of under 10 ms
-        runner._seconds_per_step = 0.065
-        assert not runner._decode_ahead()  # a step in groups is never queued ahead
-        runner._seconds_per_step = 0.004
-        assert runner._decode_ahead()
-        runner.pacing.grain = 0.001  # a GPU's: its short decode steps whole, queued ahead
-        assert runner._step_stages() == 1 and runner._decode_ahead()
-        assert runner._stages(0.004) == 4  # a prefill chunk as long is cut
-        runner.pacing.grain = None  # nobody may arrive: whole
-        assert runner._stages(0.065) == 1
+        assert runner.timing.stages(None) == 1  # the pace not known yet: whole
+        assert runner.timing.stages(0.004) == 1  # a GPU's decode step: whole, queued ahead
+        assert runner.timing.stages(0.065) == 7  # this CPU's: groups of under 10 ms
+        runner.timing.seconds_per_step = 0.065
+        assert not runner.timing.decode_ahead()  # a step in groups is never queued ahead
+        runner.timing.seconds_per_step = 0.004
+        assert runner.timing.decode_ahead()
+        runner.timing.pacing.grain = 0.001  # a GPU's: its short decode steps whole, queued ahead
+        assert runner.timing.step_stages() == 1 and runner.timing.decode_ahead()
+        assert runner.timing.stages(0.004) == 4  # a prefill chunk as long is cut
+        runner.timing.pacing.grain = None  # nobody may arrive: whole
+        assert runner.timing.stages(0.065) == 1
     finally:
-        runner.pacing = None
+        runner.timing.pacing = None
 
 
 def test_a_prefill_in_stages_fills_the_same_cache_and_holds_it_while_paused(
@@ -220,19 +220,19 @@ def test_a_prefill_in_stages_fills_the_same_cache_and_holds_it_while_paused(
     tokens = prompt_of(runner) * 3
     layers = len(runner.new_cache())
     whole, staged = runner.new_cache(), runner.new_cache()
-    runner.pacing = pacing = ScriptedPacing(always(True), ChunkBudget(16))  # the same chunks
+    runner.timing.pacing = pacing = ScriptedPacing(always(True), ChunkBudget(16))  # the same chunks
     try:
         assert list(runner.prefill(tokens, whole))[-1] == len(tokens)
         pacing.grain = 1e-9  # the pace is known: a group per layer
         steps = list(runner.prefill(tokens, staged))
     finally:
-        runner.pacing = None
+        runner.timing.pacing = None
     assert [s for s in steps if s is not PASS_POINT][-1] == len(tokens)
     assert steps.count(PASS_POINT) == (layers - 1) * -(-len(tokens) // 16)
     for a, b in zip(whole, staged, strict=True):
         assert mx.array_equal(a.state[0], b.state[0]) and mx.array_equal(a.state[1], b.state[1])
     generation = runner.generate(prompt_of(runner), SamplingParams(max_tokens=4))
-    runner.pacing = ScriptedPacing(always(True), grain=1e-9)
+    runner.timing.pacing = ScriptedPacing(always(True), grain=1e-9)
     try:
         assert next(generation) is PASS_POINT
         assert not generation.release_cache()  # the rest of the pass still reads the cache
@@ -240,5 +240,5 @@ def test_a_prefill_in_stages_fills_the_same_cache_and_holds_it_while_paused(
             pass
         assert generation.release_cache()  # between passes it can
     finally:
-        runner.pacing = None
+        runner.timing.pacing = None
         generation.close()

@@ -1,0 +1,97 @@
+"""Speculative decoding's two halves outside the model: who drafts, and whether it pays.
+
+A drafter guesses the tokens that come next (``PromptLookup``: from the text itself;
+``DraftModel``: a small model with the same tokenizer); the decode loop verifies a guess in
+one pass of the model (``gateway.engines.mlx_decode``). A pass over k+1 tokens reads the
+weights once, as a step over one does, but it computes k+1 positions: on a GPU nearly free,
+on a CPU not (SmolLM2 float32 here, 2 cores: a pass of 8 tokens costs several steps' time).
+So ``DraftPolicy`` measures what each verification saved against plain steps at the
+runner's measured pace, and stops drafting while it does not pay: free chat, whose guesses
+are mostly wrong, then decodes as it would without drafting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+# The first draft's length, and the bounds of the adaptive one: it doubles after a draft
+# that was accepted whole and falls back to what was accepted after one that was not.
+START_LENGTH = 4
+MIN_LENGTH = 2
+# Drafting rests this many steps when it stops paying, twice as long each time it is tried
+# again and still does not pay (up to ``MAX_REST_STEPS``).
+REST_STEPS = 16
+MAX_REST_STEPS = 256
+# A lookup that finds nothing leaves the step unqueued (its token must be read to look
+# it up); this many in a row and drafting rests for as many steps, pipelined again.
+MISSES_BEFORE_REST = 8
+# How much each verification weighs in the running estimate of what drafting saves.
+GAIN_WEIGHT = 0.3
+
+
+class Drafter(Protocol):
+    """Guesses what comes next. ``method`` names it in metrics ("lookup", "draft_model")."""
+
+    method: str
+
+    def propose(self, history: Sequence[int], limit: int) -> list[int]:
+        """Up to ``limit`` tokens expected after ``history`` (the prompt and the output so
+        far, the last token sampled but not yet fed to the model)."""
+        ...
+
+
+@dataclass
+class DraftCounts:
+    """One generation's drafted tokens and, of them, those the model accepted."""
+
+    drafted: int = 0
+    accepted: int = 0
+
+
+class DraftPolicy:
+    """How long the next draft is, and whether to draft at all, from what drafting saved."""
+
+    def __init__(self, max_length: int) -> None:
+        self.max_length = max_length
+        self.length = min(START_LENGTH, max_length)
+        self.counts = DraftCounts()
+        self._rest = 0  # steps left without drafting
+        self._rest_after_loss = REST_STEPS
+        self._gain: float | None = None  # seconds saved per verification, smoothed
+        self._misses = 0
+
+    @property
+    def drafting(self) -> bool:
+        return self._rest == 0
+
+    def stepped(self, looked_up: bool) -> None:
+        """A plain step ran: while resting, or after a lookup that found nothing."""
+        if self._rest:
+            self._rest -= 1
+        elif looked_up:
+            self._misses += 1
+            if self._misses >= MISSES_BEFORE_REST:
+                self._misses, self._rest = 0, MISSES_BEFORE_REST
+
+    def verified(self, drafted: int, accepted: int, seconds: float, step_seconds: float) -> None:
+        """A draft of ``drafted`` tokens was verified in ``seconds``; ``accepted`` of them
+        were right, and the pass gave one token more. Plain steps would have taken
+        ``step_seconds`` for each of those tokens."""
+        self.counts.drafted += drafted
+        self.counts.accepted += accepted
+        self._misses = 0
+        self.length = (
+            min(self.length * 2, self.max_length)
+            if accepted == drafted
+            else max(MIN_LENGTH, min(accepted + 1, self.max_length))
+        )
+        saved = (accepted + 1) * step_seconds - seconds
+        gain = self._gain
+        self._gain = saved if gain is None else gain + GAIN_WEIGHT * (saved - gain)
+        if self._gain >= 0:
+            self._rest_after_loss = REST_STEPS
+            return
+        self._rest, self._gain = self._rest_after_loss, None
+        self._rest_after_loss = min(self._rest_after_loss * 2, MAX_REST_STEPS)
