@@ -23,6 +23,7 @@ check: $(STAMP)
 	$(VENV)/bin/mypy gateway bench
 	$(VENV)/bin/lint-imports
 	$(PY) ops/check_import_cycles.py
+	$(PY) ops/check_function_length.py
 	@if command -v promtool >/dev/null 2>&1; then promtool check rules ops/prometheus/rules.yml; \
 	else echo "promtool not found: Prometheus rules not checked"; fi
 

@@ -27,8 +27,11 @@ MAX_REST_STEPS = 256
 # A lookup that finds nothing leaves the step unqueued (its token must be read to look
 # it up); this many in a row and drafting rests for as many steps, pipelined again.
 MISSES_BEFORE_REST = 8
-# How much each verification weighs in the running estimate of what drafting saves.
+# How much each verification weighs in the running estimate of what drafting saves (which
+# starts at zero: one unlucky draft does not stop drafting), and how far below zero, in decode
+# steps, the estimate may fall before drafting rests.
 GAIN_WEIGHT = 0.3
+LOSS_STEPS = 0.25
 
 
 class Drafter(Protocol):
@@ -59,7 +62,7 @@ class DraftPolicy:
         self.counts = DraftCounts()
         self._rest = 0  # steps left without drafting
         self._rest_after_loss = REST_STEPS
-        self._gain: float | None = None  # seconds saved per verification, smoothed
+        self._gain = 0.0  # seconds saved per verification, smoothed
         self._misses = 0
 
     @property
@@ -88,10 +91,10 @@ class DraftPolicy:
             else max(MIN_LENGTH, min(accepted + 1, self.max_length))
         )
         saved = (accepted + 1) * step_seconds - seconds
-        gain = self._gain
-        self._gain = saved if gain is None else gain + GAIN_WEIGHT * (saved - gain)
+        self._gain += GAIN_WEIGHT * (saved - self._gain)
         if self._gain >= 0:
             self._rest_after_loss = REST_STEPS
+        if self._gain >= -LOSS_STEPS * step_seconds:
             return
-        self._rest, self._gain = self._rest_after_loss, None
+        self._rest, self._gain = self._rest_after_loss, 0.0
         self._rest_after_loss = min(self._rest_after_loss * 2, MAX_REST_STEPS)

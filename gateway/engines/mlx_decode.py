@@ -144,10 +144,12 @@ class DecodeLoop:
             looked_up = False
             if queued is None and self._may_draft():
                 assert self.drafter is not None
+                # The draft's cost is the guessing (a draft model's steps) and the pass.
+                started = time.perf_counter()
                 draft = self.drafter.propose(self.history, min(self._length(), count - 1))
                 looked_up = True
                 if draft:
-                    kept = yield from self._verify(pending, draft)
+                    kept = yield from self._verify(pending, draft, started)
                     pending, count = kept[-1], count - len(kept)
                     read_at, suspended = time.perf_counter(), 0.0
                     continue
@@ -209,12 +211,13 @@ class DecodeLoop:
         mx.async_eval(*pass_)
         return pass_, suspended
 
-    def _verify(self, pending: int, draft: list[int]) -> Generator[DecodeStep, None, list[int]]:
+    def _verify(
+        self, pending: int, draft: list[int], started: float
+    ) -> Generator[DecodeStep, None, list[int]]:
         """One pass over ``pending`` and ``draft``: the draft's agreeing prefix and the
         model's next token are yielded, the rest is trimmed from the cache. Returns the
         tokens yielded (the last sampled, not yet fed)."""
         assert self.policy is not None
-        started = time.perf_counter()
         inputs = [pending, *draft]
         with mx.stream(generation_stream):
             logits = self.model(mx.array(inputs)[None], cache=self.cache)[0]

@@ -289,17 +289,8 @@ class MLXRunner:
         self.timing = PassTiming(compute.device, self.prefill_chunk_tokens)
         # Drafting (``gateway.engines.drafting``): "lookup" by default, or "off"; a draft
         # model, where one is given, drafts instead of the lookup.
-        self.speculation = speculation
-        self.draft_model: Any = None
-        if draft_folder is not None:
-            mismatch = tokenizer_mismatch(folder, draft_folder)
-            if mismatch:
-                raise ValueError(
-                    f"draft model {draft_folder} does not share the tokenizer of {model_id}: "
-                    f"{mismatch}"
-                )
-            self.draft_model, _, _ = load_model(draft_folder, self.weights)
-            self.speculation = "draft_model"
+        self.speculation = speculation if draft_folder is None else "draft_model"
+        self.draft_model: Any = self._load_draft(draft_folder) if draft_folder else None
         self.template_knows_tools = template_knows_tools(
             getattr(self.tokenizer, "chat_template", None)
         )
@@ -308,6 +299,17 @@ class MLXRunner:
         self.timing.pacing = pacing
         mx.reset_peak_memory()  # report the serving peak, not the load-time conversion
         log.info("model %s ready on %s", model_id, compute.as_dict())
+
+    def _load_draft(self, folder: Path) -> Any:
+        """A draft model, in the form of this model's weights (the tokenizers were compared
+        at start already, by the wiring: this is the check of last resort)."""
+        mismatch = tokenizer_mismatch(self.folder, folder)
+        if mismatch:
+            raise ValueError(
+                f"draft model {folder} does not share the tokenizer of {self.model_id}: {mismatch}"
+            )
+        model, _, _ = load_model(folder, self.weights)
+        return model
 
     def _warm_up(self) -> None:
         """Compile at load what serving uses: MLX prepares its kernels on first use (Metal

@@ -115,19 +115,9 @@ class Dispatcher:
         ticket = Ticket(ticket_id=request.id, task_type=spec.task_type, stream=True, args=spec.args)
         sent_at = time.perf_counter()
         received: list[int] = []
-        started = finished = seat_freed = False
+        started = finished = False
         outcome = "cancelled"
-
-        def free_seat() -> None:
-            # As soon as the peer is done with it, not when this generator is closed: a
-            # consumer that stops at Finished leaves it open until it is collected, and the
-            # seat looked taken until then (a later request then stayed here).
-            nonlocal seat_freed
-            if not seat_freed:
-                seat_freed = True
-                node.in_flight -= 1
-                self.peers.changed.set()
-
+        free_seat = _Seat(node, self.peers.changed).free
         try:
             async for event in self.peers.ticket_events(node, ticket):
                 if event.type == "started":
@@ -144,13 +134,13 @@ class Dispatcher:
                     received.extend(event.token_ids)
                     yield TokenEvent(event.text, tuple(event.token_ids))
                 elif event.type == "result":
-                    usage = event.usage
-                    finished = True
-                    outcome = "ok"
+                    finished, outcome = True, "ok"
                     free_seat()
+                    usage = event.usage
+                    prompt_tokens = len(request.prompt.tokens or ()) or usage.prompt_tokens
                     yield Finished(
                         event.finish_reason,
-                        len(request.prompt.tokens or ()) or usage.prompt_tokens,
+                        prompt_tokens,
                         usage.completion_tokens,
                         usage.cached_tokens,
                     )
@@ -179,6 +169,22 @@ class Dispatcher:
                     self.metrics.peer_ticket_seconds.labels(node.url).observe(
                         time.perf_counter() - sent_at
                     )
+
+
+class _Seat:
+    """A peer's seat taken by one ticket: freed once, as soon as the peer is done with it,
+    not when the ticket's generator is closed (a consumer that stops at ``Finished`` leaves
+    it open until it is collected, and the seat looked taken until then: a later request
+    then stayed here)."""
+
+    def __init__(self, node: PeerNode, changed: asyncio.Event) -> None:
+        self.node, self.changed, self.freed = node, changed, False
+
+    def free(self) -> None:
+        if not self.freed:
+            self.freed = True
+            self.node.in_flight -= 1
+            self.changed.set()
 
 
 class PeerDispatch(WrappedBackend):

@@ -253,6 +253,17 @@ class StreamHead:
     created: int = field(default_factory=now)
 
 
+async def _check_grammar_of(
+    constrained: SamplingParams, tool_use: ToolUse | None, fields: FieldNames
+) -> None:
+    """Compile the request's grammar, if it has one, to refuse a bad one now: off the event
+    loop (a grammar of many tools takes ~10 ms)."""
+    if constrained.grammar is not None:
+        calls = calling(tool_use)
+        param = calls.param if calls else fields.grammar
+        await asyncio.to_thread(_check_grammar, constrained.grammar, param)
+
+
 def _check_grammar(grammar: Grammar, param: str) -> None:
     """Refuse a grammar llguidance cannot compile, naming the request's field."""
     try:
@@ -348,12 +359,7 @@ class ChatService:
             tools = tool_use.tools if tool_use is not None else ()
             prompt = await tier.backend.render(messages, tools, thinking)
         constrained = self._constrained(prompt, sampling, tool_use, fields)
-        if constrained.grammar is not None:
-            calls = calling(tool_use)
-            # Compiling a grammar of many tools takes ~10 ms: off the event loop.
-            await asyncio.to_thread(
-                _check_grammar, constrained.grammar, calls.param if calls else fields.grammar
-            )
+        await _check_grammar_of(constrained, tool_use, fields)
         params = self._sampling_params(constrained, tier, prompt, fields, clamp_to_cap)
         params, budget = self._with_call_room(params, tier, prompt, tool_use, sampling.max_tokens)
         return PreparedChat(
