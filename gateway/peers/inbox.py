@@ -23,11 +23,13 @@ from gateway.errors import (
 )
 from gateway.metrics import GatewayMetrics
 from gateway.peers.signing import (
+    ANSWER_SIGNATURE,
     NONCE,
     TASKS_HASH,
     PeerAuthError,
     RequestVerifier,
     ResponseSigner,
+    sign_answer,
 )
 from gateway.protocol.peer import (
     Hello,
@@ -77,6 +79,13 @@ class PeerInbox:
                 f"{ours[:12]}): this node would build other prompts",
                 param="tasks_hash",
             )
+
+    def answer_headers(
+        self, headers: Mapping[str, str], status: int, body: bytes
+    ) -> dict[str, str]:
+        """The header that signs a whole answer to the (checked) request with ``headers``."""
+        secret = self.verifier.secret.decode()
+        return {ANSWER_SIGNATURE: sign_answer(secret, headers.get(NONCE, ""), status, body)}
 
     def response_signer(self, headers: Mapping[str, str]) -> ResponseSigner:
         """Signs the answer to the (checked) request with these headers."""

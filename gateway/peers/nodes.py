@@ -29,7 +29,7 @@ from pydantic import TypeAdapter, ValidationError
 from gateway.config import PeerSettings
 from gateway.metrics import GatewayMetrics
 from gateway.peers.adverts import SERVICE_TYPE, Advert
-from gateway.peers.signing import NONCE, ResponseSigner, sign
+from gateway.peers.signing import ANSWER_SIGNATURE, NONCE, ResponseSigner, answer_is_signed, sign
 from gateway.protocol.peer import PROTOCOL_VERSION, Hello, Ticket, TicketEvent
 
 log = logging.getLogger(__name__)
@@ -156,6 +156,14 @@ class Peers:
             )
             if answer.status_code != 200:
                 raise ValueError(f"hello answered {answer.status_code}: {answer.text[:200]}")
+            assert self.settings.secret is not None
+            signature = answer.headers.get(ANSWER_SIGNATURE)
+            if not answer_is_signed(
+                self.settings.secret, headers[NONCE], 200, answer.content, signature
+            ):
+                # A relay on the path (or another secret) could make this node look idle,
+                # compatible or busy: an answer not signed for this very request is none.
+                raise ValueError("its hello answer is not signed for our request")
             hello = Hello.model_validate_json(answer.content)
         except (httpx.HTTPError, ValueError, ValidationError) as exc:
             self._set_state(node, "down", str(exc) or type(exc).__name__)

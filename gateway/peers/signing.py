@@ -9,7 +9,9 @@ does a client's API key.
 A ticket's answer is signed too (``ResponseSigner``): each Server-Sent Event carries, as its
 ``id``, an HMAC over the request's nonce, the event's position, its name and its data, so a
 relay on the path can neither rewrite an event, drop or reorder one, nor replay the answer
-to another request.
+to another request. A whole answer (``/v1/peer/hello``, a ticket answered without a stream)
+carries ``X-Peer-Answer-Signature``: an HMAC over the request's nonce, the status and the
+body (``sign_answer``); the asking node refuses an answer without it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ TIMESTAMP = "x-peer-timestamp"
 NONCE = "x-peer-nonce"
 SIGNATURE = "x-peer-signature"
 TASKS_HASH = "x-peer-tasks-hash"  # signed too: the prompt definitions the sender expects
+ANSWER_SIGNATURE = "x-peer-answer-signature"  # on a whole answer: its status and body
 
 
 class PeerAuthError(Exception):
@@ -101,6 +104,19 @@ class RequestVerifier:
 def _same(expected: str, given: str) -> bool:
     """Constant-time comparison that also takes non-ASCII text (a 401, never a TypeError)."""
     return hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogateescape"))
+
+
+def sign_answer(secret: str, nonce: str, status: int, body: bytes) -> str:
+    """The signature of a whole answer (status and body) to the request that sent ``nonce``."""
+    message = "\n".join([nonce, "answer", str(status), hashlib.sha256(body).hexdigest()])
+    return hmac.new(secret.encode(), message.encode(), hashlib.sha256).hexdigest()
+
+
+def answer_is_signed(
+    secret: str, nonce: str, status: int, body: bytes, signature: str | None
+) -> bool:
+    """Whether a whole answer is the one the peer signed for our request (``nonce``)."""
+    return signature is not None and _same(sign_answer(secret, nonce, status, body), signature)
 
 
 class ResponseSigner:

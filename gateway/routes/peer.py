@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.peers.inbox import PeerInbox
-from gateway.protocol.peer import Hello, Ticket, TicketError
+from gateway.protocol.peer import Ticket, TicketError
 from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
 from gateway.routes.errors import ERROR_RESPONSES
 from gateway.routes.sse import ServerSentEvents
@@ -34,9 +34,9 @@ class PeerController(Controller):
     )
     async def hello(
         self, request: Request[Any, Any, Any], peer_inbox: NamedDependency[PeerInbox]
-    ) -> Hello:
+    ) -> Response[bytes]:
         peer_inbox.check("GET", request.url.path, request.headers, b"")
-        return peer_inbox.hello()
+        return _signed(peer_inbox, request, peer_inbox.hello().model_dump_json().encode())
 
     @post(
         "/tickets",
@@ -68,7 +68,15 @@ class PeerController(Controller):
             result = await unless_disconnected(request, _last(peer_inbox, run))
         except ClientDisconnected:
             return Response(content=None, status_code=499)
-        return Response(result)
+        if result is None:  # a run ends with a result or an error: never here
+            raise GatewayError("the ticket ended without a result")
+        return _signed(peer_inbox, request, result.model_dump_json().encode())
+
+
+def _signed(inbox: PeerInbox, request: Request[Any, Any, Any], body: bytes) -> Response[bytes]:
+    """A whole answer (JSON ``body``), signed for the request it answers."""
+    headers = inbox.answer_headers(request.headers, 200, body)
+    return Response(body, media_type="application/json", headers=headers)
 
 
 async def _last(inbox: PeerInbox, run: Any) -> Any:

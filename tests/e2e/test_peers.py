@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from bench.process import RunningGateway, free_port, start_gateway, start_gateways_together
-from gateway.peers.signing import sign
+from gateway.peers.signing import answer_is_signed, sign
 
 SECRET = "loopback-peer-secret-0123456789"
 MODEL = "smollm2-135m-instruct"
@@ -240,7 +240,12 @@ def test_only_signed_requests_from_the_same_prompts_are_accepted(
     b = nodes.b
     hello = f"{b.base_url}/v1/peer/hello"
     good = signed(b, "/v1/peer/hello")
-    assert httpx.get(hello, headers=good).json()["node_id"] == "B"
+    answer = httpx.get(hello, headers=good)
+    assert answer.json()["node_id"] == "B"
+    # The whole answer is signed for this request: a relay could not rewrite it.
+    signature = answer.headers["x-peer-answer-signature"]
+    assert answer_is_signed(SECRET, good["x-peer-nonce"], 200, answer.content, signature)
+    assert not answer_is_signed(SECRET, "another-nonce", 200, answer.content, signature)
     refusals = {
         "unsigned": httpx.get(hello),
         "signature": httpx.get(
@@ -280,6 +285,12 @@ def test_only_signed_requests_from_the_same_prompts_are_accepted(
             break
         time.sleep(0.5)
     assert accepted.status_code == 200 and accepted.json()["type"] == "result"
+    nonce = accepted.request.headers["x-peer-nonce"]
+    signature = accepted.headers["x-peer-answer-signature"]
+    assert answer_is_signed(SECRET, nonce, 200, accepted.content, signature)
+    assert not answer_is_signed(
+        SECRET, nonce, 200, accepted.content.replace(b"}", b" }"), signature
+    )
     # Without a secret, no peer endpoint exists.
     assert httpx.get(f"{gateway.base_url}/v1/peer/hello").status_code == 404
     assert httpx.post(f"{gateway.base_url}/v1/peer/tickets", content=ticket).status_code in (

@@ -14,6 +14,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.peers.adverts import Advert, read_advert, txt_record
 from gateway.peers.discovery import Discovery, advertised_addresses
 from gateway.peers.nodes import Peers
+from gateway.peers.signing import sign_answer
 from gateway.protocol.peer import Hello, SlotState
 
 SECRET = "a-shared-secret-0123456789"
@@ -39,7 +40,9 @@ def make_peers(nodes: list[str] | None = None, answer: str = "B") -> tuple[Peers
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.host == "10.0.0.9":  # a peer that is gone
             raise httpx.ConnectError("unreachable", request=request)
-        return httpx.Response(200, content=hello(answer).model_dump_json())
+        body = hello(answer).model_dump_json().encode()
+        signature = sign_answer(SECRET, request.headers["x-peer-nonce"], 200, body)
+        return httpx.Response(200, content=body, headers={"x-peer-answer-signature": signature})
 
     metrics = GatewayMetrics()
     settings = PeerSettings(secret=SECRET, nodes=nodes or [], discover=True)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import httpx
 
 from gateway.config import PeerSettings
 from gateway.metrics import GatewayMetrics
 from gateway.peers.nodes import Peers
+from gateway.peers.signing import sign_answer
 from gateway.protocol.peer import Hello, SlotState
 
 
@@ -22,12 +25,21 @@ def hello(tasks_hash: str, protocol: int = 1, busy: bool = False) -> Hello:
     )
 
 
-async def peers_answering(answer: Hello) -> Peers:
+SECRET = "s" * 32
+
+
+async def peers_answering(answer: Hello, relay: Callable[[bytes], bytes] | None = None) -> Peers:
+    """Peers that asked one node for its hello, which answered ``answer`` signed for the
+    request (``relay``: what a relay on the path made of the signed body)."""
+
     def handle(request: httpx.Request) -> httpx.Response:
         assert request.headers["x-peer-signature"]  # every request is signed
-        return httpx.Response(200, content=answer.model_dump_json())
+        body = answer.model_dump_json().encode()
+        signature = sign_answer(SECRET, request.headers["x-peer-nonce"], 200, body)
+        body = relay(body) if relay else body
+        return httpx.Response(200, content=body, headers={"x-peer-answer-signature": signature})
 
-    settings = PeerSettings(secret="s" * 32, nodes=["http://peer:8000"])
+    settings = PeerSettings(secret=SECRET, nodes=["http://peer:8000"])
     peers = Peers(settings, "ours", GatewayMetrics(), transport=httpx.MockTransport(handle))
     await peers.start()
     await peers.say_hello(peers.nodes[0])
@@ -56,3 +68,26 @@ async def test_other_task_definitions_or_protocol_make_a_peer_incompatible() -> 
 async def test_a_busy_peer_is_not_a_free_seat() -> None:
     peers = await peers_answering(hello("ours", busy=True))
     assert peers.nodes[0].state == "up" and peers.available("chat", "m") is None
+
+
+async def test_a_hello_rewritten_on_the_way_or_unsigned_is_no_hello() -> None:
+    """A relay that makes a busy peer look idle (or strips the signature) is caught: the
+    node is down, with the reason, and not used."""
+    busy = hello("ours", busy=True).model_dump_json().encode()
+    idle = hello("ours").model_dump_json().encode()
+    peers = await peers_answering(
+        hello("ours", busy=True), relay=lambda body: body.replace(busy, idle)
+    )
+    node = peers.nodes[0]
+    assert node.state == "down" and "not signed" in (node.detail or "")
+    assert peers.available("chat", "m") is None
+
+    def unsigned(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=idle)
+
+    settings = PeerSettings(secret=SECRET, nodes=["http://peer:8000"])
+    peers = Peers(settings, "ours", GatewayMetrics(), transport=httpx.MockTransport(unsigned))
+    await peers.start()
+    await peers.say_hello(peers.nodes[0])
+    await peers.stop()
+    assert peers.nodes[0].state == "down"
