@@ -237,6 +237,19 @@ class ClusterSettings(_Section):
         5, ge=0, description="Relaunches within restart_window_seconds before giving up."
     )
     restart_window_seconds: float = Field(600.0, gt=0)
+    liveness_interval_seconds: float = Field(
+        15.0,
+        ge=0,
+        description="A ready cluster is asked for one token this often (0: never); a rank "
+        "that hangs without dying (stopped, deadlocked) leaves rank 0 answering HTTP but "
+        "generating nothing.",
+    )
+    liveness_timeout_seconds: float = Field(
+        30.0, gt=0, description="A liveness probe's token must come within this."
+    )
+    liveness_failures: int = Field(
+        2, ge=1, description="Probes in a row without a token before the cluster is relaunched."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSettings:

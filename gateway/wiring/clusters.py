@@ -61,6 +61,9 @@ def distributed_backend(
         start_timeout=cluster.start_timeout_seconds,
         max_restarts=cluster.max_restarts,
         restart_window=cluster.restart_window_seconds,
+        liveness_interval=cluster.liveness_interval_seconds,
+        liveness_timeout=cluster.liveness_timeout_seconds,
+        liveness_failures=cluster.liveness_failures,
     )
     supervisor = ClusterSupervisor(
         name,

@@ -9,6 +9,7 @@ two ranks for tensor sharding. Six layers, so each pipeline rank holds three.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -56,6 +57,9 @@ def cluster_tier(model: Path, sharding: str) -> dict[str, Any]:
             "sharding": sharding,
             "start_timeout_seconds": READY_SECONDS,
             "wait_ready_seconds": READY_SECONDS,
+            # Probed when idle every 2 s: a hung rank is found within ~2 + 2 x 8 s.
+            "liveness_interval_seconds": 2,
+            "liveness_timeout_seconds": 8,
         },
     }
 
@@ -202,6 +206,27 @@ def test_a_rank_killed_mid_stream_ends_the_stream_with_an_error_and_the_tier_rec
     # load, is a restart too: the count is relative).
     restarts = float(before["restarts"]) + 1
     assert f'gateway_cluster_restarts_total{{tier="pipeline"}} {restarts}' in metrics
+
+
+def test_a_rank_that_hangs_without_dying_is_found_and_the_cluster_relaunched(
+    gw: RunningGateway, single: str
+) -> None:
+    """SIGSTOP on rank 1: rank 0 still answers HTTP, but no token comes. The liveness probe
+    finds it, the whole group is ended (a stopped process dies by SIGKILL) and relaunched,
+    and the tier answers as before."""
+    before = wait_for_state(gw, "tensor", "ready")["cluster"]
+    ranks = ranks_of(before["pid"])
+    assert set(ranks) == {0, 1}
+    os.kill(ranks[1], signal.SIGSTOP)
+    try:
+        after = wait_for_state(gw, "tensor", "ready", restarts=before["restarts"] + 1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(ranks[1], signal.SIGCONT)  # (gone already when the test passes)
+    assert after["cluster"]["pid"] != before["pid"]
+    assert ranks_of(before["pid"]) == {}
+    assert "a rank hangs" in gw.log()
+    assert greedy(gw, "tensor", stream=False)[0] == single
 
 
 def test_stopping_the_gateway_stops_every_rank(gw: RunningGateway) -> None:

@@ -66,8 +66,12 @@ class DistributedBackend(WrappedBackend):
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
         await self._until_ready()
-        async for event in self.inner.generate(request):
-            yield event
+        self.supervisor.in_flight += 1  # no liveness probe meanwhile (``ClusterSupervisor``)
+        try:
+            async for event in self.inner.generate(request):
+                yield event
+        finally:
+            self.supervisor.in_flight -= 1
 
     async def _until_ready(self) -> None:
         cluster = self.supervisor

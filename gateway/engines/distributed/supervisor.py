@@ -6,6 +6,14 @@ States: ``starting`` (first launch, until rank 0 has produced a token), ``ready`
 and ``stopped``. Readiness is a one-token completion, not just an open port: mlx_lm.server
 answers HTTP while its ranks are still loading and connecting.
 
+Once ready, rank 0 is asked for one token every ``liveness_interval`` (the liveness probe):
+a rank that hangs without dying (stopped, deadlocked in a collective) leaves rank 0's HTTP
+server answering but generating nothing, and every request to the tier would wait for it.
+``liveness_failures`` probes in a row without a token within ``liveness_timeout`` end the
+launch, which is then relaunched as if it had died. The probe waits while a request is in
+flight (``in_flight``, kept by the tier's backend): it would be batched with it by
+mlx_lm.server, and that request has its own read timeout.
+
 The launcher runs under ``watchdog`` as the leader of its own process group: stopping signals
 the group (SIGTERM, then SIGKILL after a grace), so no rank outlives the gateway.
 """
@@ -46,6 +54,9 @@ class RestartPolicy:
     backoff_initial: float = 1.0  # doubled per consecutive failure
     backoff_max: float = 30.0
     stop_grace: float = 10.0  # SIGTERM to SIGKILL
+    liveness_interval: float = 15.0  # between one-token probes of a ready cluster (0: none)
+    liveness_timeout: float = 30.0  # a probe's token must come within this
+    liveness_failures: int = 2  # probes in a row without a token: the cluster hangs
 
 
 StateListener = Callable[[ClusterState, str | None], None]
@@ -73,6 +84,7 @@ class ClusterSupervisor:
         self.reason: str | None = None
         self.restarts = 0
         self.pid: int | None = None
+        self.in_flight = 0  # the tier's requests now running on the cluster
         self._listener = listener
         self._failures: deque[float] = deque()
         self._ready = asyncio.Event()
@@ -183,7 +195,13 @@ class ClusterSupervisor:
             if probe in done:
                 log.info("cluster %s: ready at %s", self.name, self.base_url)
                 self._set("ready", None)
-                await exited
+                hung = asyncio.ensure_future(self._until_hung())
+                try:
+                    await asyncio.wait({exited, hung}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    hung.cancel()
+                if not exited.done():
+                    return await hung
                 return f"it ended: {self._first_warning() or f'exit code {process.returncode}'}"
             if exited in done:
                 return f"it ended before it was ready: {self._first_warning() or 'see its log'}"
@@ -242,6 +260,37 @@ class ClusterSupervisor:
                 timeout=self.policy.start_timeout,
             )
             answer.raise_for_status()
+
+    async def _until_hung(self) -> str:
+        """Probe a ready cluster until ``liveness_failures`` probes in a row get no token
+        within ``liveness_timeout``; returns why (never, without an interval)."""
+        policy = self.policy
+        if policy.liveness_interval <= 0:
+            await asyncio.Event().wait()
+        failures = 0
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}") as client:
+            while True:
+                await asyncio.sleep(policy.liveness_interval)
+                if self.in_flight:
+                    continue
+                try:
+                    answer = await client.post(
+                        "/v1/completions",
+                        json={"model": "default_model", "prompt": "alive", "max_tokens": 1},
+                        timeout=policy.liveness_timeout,
+                    )
+                    answer.raise_for_status()
+                    failures = 0
+                    continue
+                except httpx.HTTPError as exc:
+                    failures += 1
+                    problem = repr(exc)
+                log.warning("cluster %s: liveness probe failed (%s)", self.name, problem)
+                if failures >= policy.liveness_failures:
+                    return (
+                        f"rank 0 gave no token to {failures} probes in a row "
+                        f"({policy.liveness_timeout:.0f} s each): a rank hangs ({problem})"
+                    )
 
     async def _end_group(self) -> None:
         process = self._process

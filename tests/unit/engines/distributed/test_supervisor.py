@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,8 @@ class Rank0(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200); self.end_headers()
     def do_POST(self):
+        while os.path.exists(pids + ".hang"):  # a rank that hangs: no token ever comes
+            time.sleep(0.05)
         body = json.dumps({"choices": [{"text": "x", "finish_reason": "length"}]}).encode()
         self.send_response(200); self.send_header("content-length", str(len(body)))
         self.end_headers(); self.wfile.write(body)
@@ -130,4 +133,28 @@ async def test_describe_says_what_health_shows(tmp_path: Path) -> None:
     described = cluster.describe()
     assert described["state"] == "ready" and described["ranks"] == 2
     assert described["rank0_url"] == f"http://127.0.0.1:{cluster.port}/v1"
+    await cluster.stop()
+
+
+async def test_a_cluster_that_hangs_is_found_by_the_liveness_probe_and_relaunched(
+    tmp_path: Path,
+) -> None:
+    """Rank 0 stops answering completions (a rank hangs): two probes in a row get no token
+    and the launch is ended and relaunched; while a request is in flight nobody probes."""
+    states: list[ClusterState] = []
+    cluster = supervisor(tmp_path, "serve", states)
+    cluster.policy = replace(FAST, liveness_interval=0.2, liveness_timeout=0.5, liveness_failures=2)
+    cluster.start()
+    assert await cluster.wait_ready(20)
+    hang = tmp_path / "pids.hang"
+    cluster.in_flight = 1  # a request's own read timeout watches it: no probe
+    hang.touch()
+    await asyncio.sleep(2.0)
+    assert states == ["starting", "ready"]
+    cluster.in_flight = 0
+    await wait_for(states, 3)
+    assert states[2] == "restarting" and "a rank hangs" in (cluster.reason or "")
+    hang.unlink()
+    assert await cluster.wait_ready(20)
+    assert states == ["starting", "ready", "restarting", "ready"]
     await cluster.stop()
