@@ -34,7 +34,12 @@ from gateway.protocol.anthropic import (
     Tool,
 )
 from gateway.protocol.openai import shorten
-from gateway.serving.response_store import BrokenChainError, ResponseStore, StoredResponse
+from gateway.serving.response_store import (
+    BrokenChainError,
+    ResponseStore,
+    StoredResponse,
+    StoreUnavailableError,
+)
 
 log = logging.getLogger(__name__)
 THREAD_NOT_FOUND = "thread_not_found"
@@ -97,22 +102,21 @@ class MessageThreads:
         if request.tools is not None:
             turn["tools"] = [tool.model_dump(mode="json") for tool in request.tools]
         previous = thread.previous_message_id if isinstance(thread, ThreadContinue) else None
-        await self.store.put(
-            StoredResponse(
-                id=message.id,
-                created_at=time.time(),
-                previous_id=previous,
-                response=turn,
-                input_items=[m.model_dump(mode="json") for m in request.messages],
-            )
+        stored = StoredResponse(
+            id=message.id,
+            created_at=time.time(),
+            previous_id=previous,
+            response=turn,
+            input_items=[m.model_dump(mode="json") for m in request.messages],
         )
+        try:
+            await self.store.put(stored)
+        except StoreUnavailableError as exc:  # a full disk must not lose the reply itself
+            log.error("message %s: its thread turn is not stored: %s", message.id, exc)
 
     async def _chain(self, message_id: str) -> Sequence[StoredResponse]:
         try:
             chain = await self.store.conversation(message_id)
-        except ValueError:  # a row whose JSON is damaged: read as gone (the SDK replays)
-            log.warning("thread of %s: a stored row is not JSON", message_id)
-            chain = []
         except BrokenChainError as exc:
             raise ThreadNotFoundError(
                 f"The thread of message '{shorten(message_id)}' continues "

@@ -8,6 +8,14 @@ so the event loop never blocks on the disk); the database is in WAL mode, so a r
 waits for a writer. Each write prunes what is older than ``max_age_seconds`` and the oldest
 rows beyond ``max_responses``; reads ignore rows past their age even before a write prunes
 them. A conversation whose earlier response was pruned or deleted can no longer continue.
+
+The file is the user's disk, and disks fail: a file that is not a database (damaged, or
+something else at that path) is moved aside (``<name>.damaged-<time>``, kept for the user)
+and a new one started; a store that cannot be opened or written (read-only, full, locked by
+another process for longer than ``BUSY_SECONDS``) raises ``StoreUnavailableError`` (a 503
+naming the file and the cause) for the requests that need it, and is opened again on the
+next one. A row whose JSON does not parse is read as gone, and a chain that loops back on
+itself (only a damaged or hand-edited file can hold one) as broken there.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Callable
@@ -23,8 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gateway.errors import ServiceUnavailableError
+
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 SCHEMA_VERSION = 1
+# How long a write waits for another process's lock before the request gets a 503.
+BUSY_SECONDS = 2.0
 MAX_CHAIN = 10_000  # links followed back; a conversation longer than any context is not one
 
 # Each kind of chain has a table of its own, of this shape, in the one file.
@@ -63,6 +77,10 @@ class StoredResponse:
     input_items: list[dict[str, Any]]  # the request's own items, each with an id
 
 
+class StoreUnavailableError(ServiceUnavailableError):
+    code = "store_unavailable"
+
+
 class BrokenChainError(Exception):
     """A response of the conversation is no longer stored (pruned or deleted)."""
 
@@ -95,26 +113,66 @@ class ResponseStore:
 
     async def _run(self, work: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, functools.partial(work, *args))
+        return await loop.run_in_executor(
+            self._thread, functools.partial(self._guarded, work, *args)
+        )
+
+    def _guarded(self, work: Callable[..., T], *args: Any) -> T:
+        """``work`` on the open store (opened again if it could not be before), its disk's
+        failures as a 503 that says which file and why."""
+        try:
+            if self._db is None:
+                self._open()
+            return work(*args)
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(
+                f"the response store {self.path} cannot be used: {exc}"
+            ) from None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def open(self) -> None:
-        await self._run(self._open)
+        """Open the store now; one that cannot be opened is logged, not fatal: the gateway
+        serves everything else, and each request that needs the store tries again."""
+        try:
+            await self._run(lambda: None)
+        except StoreUnavailableError as exc:
+            log.error("%s; requests that need it get a 503 until it can be", exc)
 
     def _open(self) -> None:
+        try:
+            self._connect()
+        except sqlite3.DatabaseError as exc:
+            if "not a database" not in str(exc) and "malformed" not in str(exc):
+                raise
+            aside = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
+            log.error("response store %s is damaged (%s): moved to %s", self.path, exc, aside)
+            for suffix in ("", "-wal", "-shm"):
+                part = self.path.with_name(self.path.name + suffix)
+                if part.exists():
+                    part.rename(aside.with_name(aside.name + suffix))
+            self._connect()
+
+    def _connect(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10.0)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at each checkpoint, never corrupt
-        db.executescript(_SCHEMA.format(table=self.table))
-        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        db = sqlite3.connect(
+            self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_SECONDS
+        )
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at each checkpoint
+            db.executescript(_SCHEMA.format(table=self.table))
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            db.execute(f"SELECT count(*) FROM {self.table}").fetchone()  # reads the pages
+        except sqlite3.Error:
+            db.close()
+            raise
         self._db = db
 
     async def close(self) -> None:
         if self._db is not None:
-            await self._run(self._db.close)
-            self._db = None
+            db, self._db = self._db, None
+            await asyncio.get_running_loop().run_in_executor(self._thread, db.close)
         self._thread.shutdown(wait=True)
 
     @property
@@ -179,7 +237,7 @@ class ResponseStore:
             f"FROM {self.table} WHERE id = ? AND created_at >= ?",
             (response_id, self._oldest_kept()),
         ).fetchone()
-        return _stored(row) if row else None
+        return _stored(row) if row else None  # (a damaged row: None, as gone)
 
     async def conversation(self, response_id: str) -> list[StoredResponse]:
         """The chain that ends at ``response_id``, oldest first; empty if it is not stored;
@@ -190,7 +248,15 @@ class ResponseStore:
         oldest = self._oldest_kept()
         chain_query = _CHAIN.format(table=self.table)
         rows = self.db.execute(chain_query, (response_id, oldest, oldest, MAX_CHAIN)).fetchall()
-        chain = [_stored(row) for row in rows]
+        chain: list[StoredResponse] = []
+        seen: set[str] = set()
+        for row in reversed(rows):  # newest first: the first bad link breaks the chain there
+            stored = _stored(row)
+            if stored is None or stored.id in seen:  # damaged, or looping back on itself
+                raise BrokenChainError(row[0])
+            seen.add(stored.id)
+            chain.append(stored)
+        chain.reverse()
         if chain and chain[0].previous_id is not None and len(chain) <= MAX_CHAIN:
             raise BrokenChainError(chain[0].previous_id)
         return chain
@@ -201,11 +267,15 @@ class ResponseStore:
         )
 
 
-def _stored(row: tuple[Any, ...]) -> StoredResponse:
+def _stored(row: tuple[Any, ...]) -> StoredResponse | None:
+    """A row as a stored response; None for one whose JSON does not parse (damaged)."""
+    try:
+        response, items = json.loads(row[3]), json.loads(row[4])
+    except (TypeError, ValueError):
+        log.warning("stored response %s is damaged (not JSON): read as gone", row[0])
+        return None
+    if not isinstance(response, dict) or not isinstance(items, list):
+        return None
     return StoredResponse(
-        id=row[0],
-        created_at=row[1],
-        previous_id=row[2],
-        response=json.loads(row[3]),
-        input_items=json.loads(row[4]),
+        id=row[0], created_at=row[1], previous_id=row[2], response=response, input_items=items
     )
