@@ -50,7 +50,12 @@ from gateway.serving.chat import (
 )
 from gateway.serving.openai_chat import thinking_switch
 from gateway.serving.response_run import ResponseRun
-from gateway.serving.response_store import BrokenChainError, ResponseStore, StoredResponse
+from gateway.serving.response_store import (
+    BrokenChainError,
+    ResponseStore,
+    StoredResponse,
+    StoreUnavailableError,
+)
 from gateway.serving.responses_items import (
     HOSTED_TOOLS_ACTION,
     conversation,
@@ -253,7 +258,9 @@ class ResponsesService:
         )
         try:
             await self.store.put(stored)
-        except Exception:  # a full disk must not lose the answer itself
+        except StoreUnavailableError as exc:  # a full disk must not lose the answer itself
+            log.error("response %s: not stored: %s", response.id, exc)
+        except Exception:
             log.exception("response %s: not stored", response.id)
 
     # -- stored responses ------------------------------------------------------------------------
