@@ -162,11 +162,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     shown.update(model_details(located, store))
     if args.json:
         print(json.dumps(shown, indent=2))
-        return 0
-    for key, value in shown.items():
-        if value not in (None, [], {}, ""):
-            print(f"{key:20} {value}")
-    return 0
+    else:
+        for key, value in shown.items():
+            if value not in (None, [], {}, ""):
+                print(f"{key:20} {value}")
+    return 1 if shown.get("error") else 0  # shown, and said by the exit status too
 
 
 def cmd_import(args: argparse.Namespace) -> int:

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from gateway.errors import ModelImportError
+
 # ggml's type ids with (name, elements per block, bytes per block). These are the on-disk
 # format (ids never change); kept here so that reading a header does not import gguf-py
 # (~0.1 s), whose GGML_QUANT_SIZES holds the same numbers.
@@ -84,8 +86,9 @@ _U64 = struct.Struct("<Q")
 _CHUNK = 1 << 22
 
 
-class GGUFFormatError(ValueError):
-    """The file is not a GGUF file this reader understands."""
+class GGUFFormatError(ModelImportError, ValueError):
+    """The file is not a GGUF file this reader understands (a ``ValueError`` to the
+    importer's callers; to the CLI and the server, a model import error that says why)."""
 
 
 @dataclass(frozen=True)
