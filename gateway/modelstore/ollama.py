@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,8 +76,20 @@ class OllamaModel:
         return f"ollama:{self.name}:{self.tag}"
 
 
+# A layer's digest names its blob: nothing else (no separator, no ``..``) may reach the path.
+_DIGEST = re.compile(r"^sha256[:-][0-9a-f]{64}$")
+
+
+def _digest(value: Any) -> str:
+    """A manifest's layer digest, or ValueError: a manifest is input, and a digest such as
+    ``sha256:../../../etc/passwd`` would name a file outside the blobs folder."""
+    if not isinstance(value, str) or not _DIGEST.match(value):
+        raise ValueError(f"{str(value)[:80]!r} is not a sha256 digest")
+    return value
+
+
 def _blob(root: Path, digest: str) -> Path:
-    return root / "blobs" / digest.replace(":", "-")
+    return root / "blobs" / _digest(digest).replace(":", "-")
 
 
 def read_model(root: Path, name: str, tag: str = DEFAULT_TAG) -> OllamaModel:
@@ -95,7 +108,7 @@ def _from_manifest(root: Path, name: str, tag: str, path: Path) -> OllamaModel:
     try:
         manifest = json.loads(path.read_text())
         layers = {
-            layer["mediaType"].removeprefix(MEDIA_PREFIX): layer["digest"]
+            layer["mediaType"].removeprefix(MEDIA_PREFIX): _digest(layer["digest"])
             for layer in manifest.get("layers", [])
         }
     except (OSError, ValueError, KeyError, TypeError) as exc:

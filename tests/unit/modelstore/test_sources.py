@@ -239,3 +239,25 @@ def test_every_spelling_of_a_path_is_one_model(tmp_path: Path) -> None:
     assert {m.slug for m in located} == {located[0].slug}
     folder = write_mlx_folder(tmp_path / "mine")
     assert locate(parse_model_ref("x/../mine", tmp_path), store).folder == folder
+
+
+@pytest.mark.parametrize(
+    "digest",
+    ["sha256:../../../secret.gguf", "sha256-../../x", "/etc/passwd", "sha256:" + "0" * 63, 7],
+)
+def test_an_ollama_manifest_cannot_name_a_file_outside_its_blobs(
+    tmp_path: Path, digest: object
+) -> None:
+    """A manifest is input: a digest that is not one (``..``, a path, not hex) is refused
+    with a clear error, and nothing outside the blobs folder is opened."""
+    import json
+
+    store, root = ModelStore(tmp_path / "cache"), tmp_path / "ollama"
+    write_ollama_model(root, "evil", "latest", b"GGUF1")
+    (tmp_path / "secret.gguf").write_bytes(b"GGUF outside the store")
+    manifest = root / "manifests/registry.ollama.ai/library/evil/latest"
+    data = json.loads(manifest.read_text())
+    data["layers"][0]["digest"] = digest
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(ModelNotFoundError, match="not a sha256 digest"):
+        locate(parse_model_ref("ollama:evil"), store, {"OLLAMA_MODELS": str(root)})
