@@ -15,6 +15,7 @@ only once, so :func:`pull` passes ``cache_dir`` explicitly.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,8 +75,12 @@ def snapshot_folder(cache: Path, repo_id: str, revision: str | None = None) -> P
     wanted = revision or "main"
     repo = repo_folder(cache, repo_id)
     ref_file = repo / "refs" / wanted
+    if not _inside(ref_file, repo / "refs"):
+        raise ModelNotFoundError(
+            f"hf:{repo_id}: revision {wanted!r} is not a branch, tag or commit"
+        )
     if ref_file.is_file():
-        commit = ref_file.read_text().strip()
+        commit = ref_file.read_text(errors="replace").strip()
     elif (repo / "snapshots" / wanted).is_dir():
         commit = wanted  # a commit id given as the revision
     else:
@@ -86,6 +91,13 @@ def snapshot_folder(cache: Path, repo_id: str, revision: str | None = None) -> P
             param="model",
         )
     folder = repo / "snapshots" / commit
+    if not _COMMIT.match(commit) or not _inside(folder, repo / "snapshots"):
+        # The cache is input: a ref holding "../../elsewhere" would load any folder.
+        raise ModelNotFoundError(
+            f"hf:{repo_id}: refs/{wanted} holds {commit[:80]!r}, not a commit id; the cache "
+            f"entry is damaged: run `{pull_command(repo_id, revision)}`",
+            param="model",
+        )
     if not folder.is_dir():
         raise ModelNotFoundError(
             f"hf:{repo_id}: refs/{wanted} names commit {commit}, which is not in the cache "
@@ -93,6 +105,16 @@ def snapshot_folder(cache: Path, repo_id: str, revision: str | None = None) -> P
             param="model",
         )
     return folder
+
+
+# A snapshot folder's name: a commit id (the hub's are 40 hex digits; shorter ones are
+# accepted, as a revision may name one). Never a path.
+_COMMIT = re.compile(r"^[0-9a-f]{1,64}$")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` (before following its own last link) stays inside ``folder``."""
+    return os.path.normpath(path).startswith(os.path.normpath(folder) + os.sep)
 
 
 @dataclass(frozen=True)
@@ -113,8 +135,9 @@ def cached_repos(cache: Path) -> Iterator[CachedRepo]:
         refs = repo / "refs"
         names = sorted(p.name for p in refs.iterdir() if p.is_file()) if refs.is_dir() else []
         for name in names:
-            folder = repo / "snapshots" / (refs / name).read_text().strip()
-            if folder.is_dir():
+            commit = (refs / name).read_text(errors="replace").strip()
+            folder = repo / "snapshots" / commit
+            if _COMMIT.match(commit) and folder.is_dir():
                 yield CachedRepo(repo_id, None if name == "main" else name, folder)
 
 

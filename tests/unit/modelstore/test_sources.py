@@ -261,3 +261,16 @@ def test_an_ollama_manifest_cannot_name_a_file_outside_its_blobs(
     manifest.write_text(json.dumps(data))
     with pytest.raises(ModelNotFoundError, match="not a sha256 digest"):
         locate(parse_model_ref("ollama:evil"), store, {"OLLAMA_MODELS": str(root)})
+
+
+@pytest.mark.parametrize("ref", ["../../../outside", "c0ffee/../../../../outside", "/etc"])
+def test_a_hugging_face_ref_names_a_commit_never_a_path(tmp_path: Path, ref: str) -> None:
+    """The cache is input: a ref file holding a path would load any folder on the disk."""
+    store, hub = ModelStore(tmp_path / "cache"), tmp_path / "hub"
+    outside = write_mlx_folder(tmp_path / "outside")
+    place_in_hf_cache(outside, hub, "org/model")
+    (hub / "models--org--model/refs/main").write_text(ref)
+    with pytest.raises(ModelNotFoundError, match="not a commit id"):
+        locate(parse_model_ref("hf:org/model"), store, {"HF_HUB_CACHE": str(hub)})
+    with pytest.raises(ModelNotFoundError, match="not a branch, tag or commit"):
+        locate(parse_model_ref("hf:org/model@../../x"), store, {"HF_HUB_CACHE": str(hub)})
