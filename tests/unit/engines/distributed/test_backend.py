@@ -25,6 +25,7 @@ class FakeCluster:
     def __init__(self, state: ClusterState, reason: str | None = None) -> None:
         self.state, self.reason = state, reason
         self.waited: list[float] = []
+        self.in_flight = 0  # kept by the backend: no liveness probe while a request runs
 
     async def wait_ready(self, timeout: float) -> bool:
         self.waited.append(timeout)
@@ -56,8 +57,13 @@ def request() -> GenerationRequest:
 
 
 async def test_a_ready_cluster_relays_the_upstream_stream() -> None:
-    events = [e async for e in backend(FakeCluster("ready")).generate(request())]
+    cluster = FakeCluster("ready")
+    events, in_flight = [], []
+    async for event in backend(cluster).generate(request()):
+        events.append(event)
+        in_flight.append(cluster.in_flight)
     assert [e.text for e in events if isinstance(e, TokenEvent)] == ["hi"]
+    assert set(in_flight) == {1} and cluster.in_flight == 0  # counted while it runs
 
 
 async def test_a_starting_cluster_is_waited_for_then_a_503() -> None:
