@@ -147,8 +147,9 @@ def _row_bytes(type_id: int, columns: int) -> int:
 class _Cursor:
     """Sequential reads over a file, buffered in large chunks."""
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, size: int) -> None:
         self.handle = handle
+        self.size = size  # the file's: no read may claim more
         self.buffer = b""
         self.start = 0  # file offset of buffer[0]
         self.pos = 0  # position inside buffer
@@ -156,6 +157,13 @@ class _Cursor:
     def ensure(self, size: int) -> None:
         if self.pos + size <= len(self.buffer):
             return
+        if self.start + self.pos + size > self.size:
+            # A length in a crafted header (a string, an array) may claim exabytes: refused
+            # before anything that large is asked of the disk or of memory.
+            raise GGUFFormatError(
+                f"the header claims {size:,} bytes at offset {self.start + self.pos:,}, past "
+                f"the file's end ({self.size:,} bytes)"
+            )
         self.start += self.pos
         self.handle.seek(self.start)
         self.buffer = self.handle.read(max(size, _CHUNK))
@@ -239,7 +247,7 @@ def read_gguf(path: Path, values: bool = True) -> GGUFFile:
     path = Path(path)
     file_bytes = path.stat().st_size
     with path.open("rb") as handle:
-        cursor = _Cursor(handle)
+        cursor = _Cursor(handle, file_bytes)
         if cursor.take(4) != b"GGUF":
             raise GGUFFormatError(f"{path.name}: not a GGUF file")
         version = cursor.u32()
@@ -254,15 +262,48 @@ def read_gguf(path: Path, values: bool = True) -> GGUFFile:
         records = []
         for _ in range(tensor_count):
             name = cursor.string()
-            dims = [cursor.u64() for _ in range(cursor.u32())]
+            n_dims = cursor.u32()
+            if n_dims > MAX_DIMS:
+                raise GGUFFormatError(f"tensor {name[:80]!r} has {n_dims} dimensions (at most 4)")
+            dims = [cursor.u64() for _ in range(n_dims)]
             records.append((name, tuple(reversed(dims)), cursor.u32(), cursor.u64()))
-        alignment = int(metadata.get("general.alignment", 32))
+        alignment = metadata.get("general.alignment", 32)
+        if not isinstance(alignment, int) or not 0 < alignment <= 1 << 20:
+            raise GGUFFormatError(f"general.alignment {alignment!r} is not a sane alignment")
         data_offset = -(-cursor.offset // alignment) * alignment
-    tensors = []
-    for name, shape, type_id, offset in records:
-        rows = 1
-        for dim in shape[:-1]:
-            rows *= dim
-        nbytes = rows * _row_bytes(type_id, shape[-1]) if shape else 0
-        tensors.append(TensorInfo(name, type_id, shape, data_offset + offset, nbytes))
+    tensors = [_tensor(record, data_offset) for record in records]
+    _check_layout(tensors, file_bytes)
     return GGUFFile(path, version, metadata, tensors, data_offset, file_bytes, lengths)
+
+
+# GGML's own bound (GGML_MAX_DIMS).
+MAX_DIMS = 4
+
+
+def _tensor(record: tuple[str, tuple[int, ...], int, int], data_offset: int) -> TensorInfo:
+    name, shape, type_id, offset = record
+    if type_id not in GGML_TYPES:
+        raise GGUFFormatError(f"tensor {name!r} has an unknown type ({type_id})")
+    if any(dim == 0 for dim in shape):
+        raise GGUFFormatError(f"tensor {name!r} has an empty dimension {shape}")
+    rows = 1
+    for dim in shape[:-1]:
+        rows *= dim
+    nbytes = rows * _row_bytes(type_id, shape[-1]) if shape else 0
+    return TensorInfo(name, type_id, shape, data_offset + offset, nbytes)
+
+
+def _check_layout(tensors: list[TensorInfo], file_bytes: int) -> None:
+    """Every tensor's bytes inside the file, none over another's: a crafted header could
+    otherwise point a tensor at another's data, or past the end (a mapping of it fails
+    late, with a bus error)."""
+    end_of_last, last = 0, None
+    for tensor in sorted(tensors, key=lambda t: t.offset):
+        if tensor.offset + tensor.nbytes > file_bytes:
+            raise GGUFFormatError(
+                f"tensor {tensor.name!r} ({tensor.nbytes:,} bytes at {tensor.offset:,}) lies "
+                f"past the file's end ({file_bytes:,} bytes)"
+            )
+        if last is not None and tensor.offset < end_of_last:
+            raise GGUFFormatError(f"tensors {last!r} and {tensor.name!r} overlap")
+        end_of_last, last = tensor.offset + tensor.nbytes, tensor.name
