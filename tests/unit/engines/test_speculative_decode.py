@@ -131,12 +131,12 @@ def test_a_grammar_sees_exactly_the_tokens_kept(runner: MLXRunner) -> None:
 def test_a_stop_inside_an_accepted_draft_ends_the_reply_and_trims_the_cache(
     runner: MLXRunner,
 ) -> None:
-    params = SamplingParams(max_tokens=TOKENS, temperature=0.0, stop=("item_2",))
+    params = SamplingParams(max_tokens=TOKENS, temperature=0.0, stop=("item_1",))
     drafted, finished, state = run(runner, params, "lookup")
     plain, plain_finished, _ = run(runner, params, "off")
     assert "".join(e.text for e in drafted) == "".join(e.text for e in plain)
     assert finished.reason == plain_finished.reason == "stop"
-    assert finished.stop_sequence == "item_2"
+    assert finished.stop_sequence == "item_1"
     assert_drafted(finished)
     assert runner.cache_length(state.cache) == len(state.tokens)
 
