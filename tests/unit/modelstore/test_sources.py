@@ -291,3 +291,43 @@ def test_reading_the_settings_imports_neither_the_model_store_nor_numpy() -> Non
     probe = "import sys, gateway.config; print(sorted(m for m in sys.modules if 'numpy' in m or 'modelstore' in m))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def damaged_hf_repo(hub: Path, case: str) -> None:
+    """One repo ``org/model`` in ``hub`` damaged as ``case`` says."""
+    repo = hub / "models--org--model"
+    snapshot = repo / "snapshots" / "c0ffee"
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("deadbeef" if case == "ref names nothing" else "c0ffee")
+    if case == "missing blobs":
+        (snapshot / "config.json").symlink_to("../../blobs/gone")
+        (snapshot / "model.safetensors").symlink_to("../../blobs/gone-too")
+    elif case == "symlink loop":
+        (snapshot / "config.json").symlink_to("config.json")
+        (snapshot / "model.safetensors").symlink_to("model.safetensors")
+
+
+@pytest.mark.parametrize("case", ["ref names nothing", "missing blobs", "symlink loop"])
+def test_a_damaged_hugging_face_cache_entry_is_a_clear_error(tmp_path: Path, case: str) -> None:
+    store, hub = ModelStore(tmp_path / "cache"), tmp_path / "hub"
+    damaged_hf_repo(hub, case)
+    with pytest.raises(ModelNotFoundError, match="gateway models pull hf:org/model"):
+        locate(parse_model_ref("hf:org/model"), store, {"HF_HUB_CACHE": str(hub)})
+
+
+def test_a_config_that_is_not_json_is_a_clear_cli_error(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    folder = write_mlx_folder(tmp_path / "m")
+    (folder / "config.json").write_text("{not json")
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "models", "show", str(folder)],
+        capture_output=True,
+        text=True,
+        env={"GATEWAY_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert done.returncode == 1 and "unreadable" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
