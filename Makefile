@@ -15,6 +15,7 @@ serve: setup
 	$(PY) -m gateway serve
 
 test: setup test-models test-tools check
+	bash ops/run-node-tests.sh
 	bash ops/run-tests.sh
 
 check: $(STAMP)
@@ -50,10 +51,12 @@ test-models: setup
 	$(PY) -m gateway models import gemma-3-270m
 
 # Debian's prometheus for the real-scrape test (installed when root with apt, else skipped);
-# the agents' own npm clients (Codex CLI, Anthropic's Node SDK) for the agent tests.
+# the agents' own npm clients (Codex CLI, Anthropic's Node SDK) for the agent tests; the VS Code
+# extension's build tools and .vsix, and code-server with its Node for its browser test.
 test-tools:
 	@bash ops/ensure-test-tools.sh
 	@bash ops/ensure-agent-clients.sh
+	@bash ops/ensure-vscode-tools.sh
 
 bench: setup
 	$(PY) -m gateway bench
