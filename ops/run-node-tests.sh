@@ -8,4 +8,4 @@ if [ ! -x node_modules/.bin/esbuild ]; then
   echo "note: the VS Code extension's build tools are not installed (npm not found?): its unit tests are skipped." >&2
   exit 0
 fi
-npm test --silent -- --test-reporter=dot
+npm test --silent

@@ -54,11 +54,11 @@ export function editMessages(subject: EditSubject, instruction: string): Message
   ];
 }
 
-/** The code of an answer: its first fenced block, else the whole answer trimmed. The
- * selection's own final newline is kept or left out as it was. */
+/** The code of an answer: its first fenced block, else the whole answer without a stray fence
+ * line. The selection's own final newline is kept or left out as it was. */
 export function codeOfAnswer(answer: string, selection: string): string {
   const fenced = /```[^\n`]*\n([\s\S]*?)(?:\n?```|$)/.exec(answer);
-  let code = fenced ? fenced[1] : answer.trim();
+  let code = fenced ? fenced[1] : answer.trim().replace(/^```[^\n]*\n?/, "").replace(/\n?```$/, "");
   code = code.replace(/\s+$/, "");
   return selection.endsWith("\n") ? code + "\n" : code;
 }

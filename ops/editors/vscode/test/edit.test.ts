@@ -33,4 +33,5 @@ test("the answer's code is its first fenced block, with the selection's final ne
   assert.equal(codeOfAnswer(answer, selection), "def area(r):\n    return math.pi * r * r\n");
   assert.equal(codeOfAnswer("  x = 1  \n", "x=1"), "x = 1");
   assert.equal(codeOfAnswer("```\nunfinished = True", "a\n"), "unfinished = True\n"); // cut by max_tokens
+  assert.equal(codeOfAnswer("x = math.pi\n```", "a"), "x = math.pi"); // a closing fence alone
 });
