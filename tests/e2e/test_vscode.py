@@ -254,14 +254,24 @@ class Workbench:
         from selenium.webdriver.common.by import By
         from selenium.webdriver.common.keys import Keys
 
+        from selenium.common.exceptions import WebDriverException
+
         self.driver.switch_to.default_content()
+
+        def box() -> Any:
+            found = self.driver.find_elements(By.CSS_SELECTOR, ".quick-input-box input")
+            return found[0] if found and found[0].is_displayed() else None
+
+        wait_for(lambda: box() is None, what="the last quick input closed")
         self.keys(Keys.F1)
-        box = wait_for(
-            lambda: self.driver.find_element(By.CSS_SELECTOR, ".quick-input-widget input"),
-            what="the command palette",
-        )
-        wait_for(lambda: box.is_displayed(), what="the command palette")
-        box.send_keys(command)
+        try:
+            palette = wait_for(box, timeout=3, what="the command palette")
+            palette.send_keys(command)
+        except (AssertionError, WebDriverException):
+            # F1 went to a webview still loading: the title bar's command center, then ">".
+            self.driver.find_element(By.CSS_SELECTOR, ".command-center-center").click()
+            palette = wait_for(box, what="the command palette")
+            palette.send_keys(">" + command)
         wait_for(
             lambda: (
                 command.lower()
@@ -271,14 +281,14 @@ class Workbench:
             ),
             what=f"the command {command!r}",
         )
-        box.send_keys(Keys.ENTER)
+        palette.send_keys(Keys.ENTER)
 
     def quick_input(self, text: str, *, per_char: float = 0.0) -> None:
         """Types into the open quick input (a dialog's path, an input box) and presses Enter."""
         from selenium.webdriver.common.by import By
         from selenium.webdriver.common.keys import Keys
 
-        box = self.driver.find_element(By.CSS_SELECTOR, ".quick-input-widget input")
+        box = self.driver.find_element(By.CSS_SELECTOR, ".quick-input-box input")
         for char in text if per_char else [text]:
             box.send_keys(char)
             time.sleep(per_char)
@@ -291,7 +301,7 @@ class Workbench:
         self.palette("Onemac: Import Conversation")
         box = wait_for(
             lambda: (
-                (b := self.driver.find_element(By.CSS_SELECTOR, ".quick-input-widget input"))
+                (b := self.driver.find_element(By.CSS_SELECTOR, ".quick-input-box input"))
                 .get_attribute("value")
                 .startswith("/")
                 and b
@@ -301,7 +311,14 @@ class Workbench:
         box.send_keys(Keys.CONTROL, "a")
         box.send_keys(str(path))
         wait_for(lambda: box.get_attribute("value") == str(path), what="the path")
-        box.send_keys(Keys.ENTER)
+        # The dialog checks the path as it is typed, and may let an Enter pass meanwhile.
+        for _ in range(5):
+            box.send_keys(Keys.ENTER)
+            try:
+                wait_for(lambda: not box.is_displayed(), timeout=3, what="the dialog closed")
+                break
+            except AssertionError:
+                continue
         self.in_panel()
         wait_for(
             lambda: (
