@@ -27,7 +27,8 @@ export class GatewayStatus implements vscode.Disposable {
     try {
       const [health, scheduler] = await Promise.all([this.client.health(), this.client.scheduler()]);
       const state = describeState(health, scheduler);
-      this.item.text = `${state.busy ? "$(sync~spin)" : "$(pass)"} onemac: ${state.short}`;
+      // A still icon: a spinning one repaints the window all the time the slot is busy.
+      this.item.text = `${state.busy ? "$(sync)" : "$(pass)"} onemac: ${state.short}`;
       this.item.tooltip = state.long;
       this.item.backgroundColor = undefined;
       this.last = state.long;
