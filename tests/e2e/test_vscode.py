@@ -251,10 +251,9 @@ class Workbench:
         ActionChains(self.driver).key_down(modifier).send_keys(*keys).key_up(modifier).perform()
 
     def palette(self, command: str) -> None:
+        from selenium.common.exceptions import WebDriverException
         from selenium.webdriver.common.by import By
         from selenium.webdriver.common.keys import Keys
-
-        from selenium.common.exceptions import WebDriverException
 
         self.driver.switch_to.default_content()
 
