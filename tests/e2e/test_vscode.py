@@ -15,28 +15,29 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import statistics
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from bench.process import RunningGateway, free_port, start_gateway
+from bench.process import RunningGateway, start_gateway
+from tests.e2e.vscode_workbench import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    CODE_SERVER,
+    REPO,
+    CodeServer,
+    Workbench,
+    chromium,
+    code_server,
+    wait_for,
+)
 
-REPO = Path(__file__).resolve().parents[2]
 VSIX = REPO / "ops" / "editors" / "vscode" / "dist" / "onemac-gateway.vsix"
-TOOLS = REPO / ".cache" / "vscode"
-CODE_SERVER = TOOLS / "code-server" / "node_modules" / ".bin" / "code-server"
-NODE_BIN = TOOLS / "node" / "node_modules" / "node" / "bin"
-CHROMIUM = shutil.which("chromium")
-CHROMEDRIVER = shutil.which("chromedriver")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 pytestmark = [
     pytest.mark.e2e,
@@ -95,14 +96,6 @@ def conversation(tag: str) -> dict[str, Any]:
     return {"messages": messages}
 
 
-@dataclass
-class CodeServer:
-    url: str
-    workspace: Path
-    process: subprocess.Popen[bytes]
-    log: Path
-
-
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
     running = start_gateway(tmp_path_factory.mktemp("vscode-gateway"))
@@ -111,278 +104,25 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
 
 
 @pytest.fixture(scope="module")
-def code_server(
-    gw: RunningGateway, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[CodeServer]:
+def editor(gw: RunningGateway, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CodeServer]:
+    """code-server with the extension, pointed at the gateway; the workspace holds a Python
+    file to edit and the conversations to import, each opening with its own tag."""
     root = tmp_path_factory.mktemp("code-server")
-    workspace, data, extensions = root / "workspace", root / "data", root / "extensions"
+    workspace = root / "workspace"
     workspace.mkdir()
     (workspace / "geometry.py").write_text(SOURCE)
     for n in range(2 * RUNS):
         tag = f"conversation {n} {uuid.uuid4().hex[:8]}"
         (workspace / f"conversation-{n}.json").write_text(json.dumps(conversation(tag), indent=1))
-    (data / "User").mkdir(parents=True)
-    settings = {
-        "onemac.baseUrl": gw.base_url,
-        "onemac.maxTokens": MAX_TOKENS,
-        "workbench.startupEditor": "none",
-        "workbench.tips.enabled": False,
-        "security.workspace.trust.enabled": False,
-        "extensions.autoCheckUpdates": False,
-        "extensions.autoUpdate": False,
-        "telemetry.telemetryLevel": "off",
-        "update.mode": "none",
-        "files.simpleDialog.enable": True,
-        "editor.minimap.enabled": False,
-        "chat.disableAIFeatures": True,
-        "workbench.secondarySideBar.defaultVisibility": "hidden",
-    }
-    (data / "User" / "settings.json").write_text(json.dumps(settings, indent=1))
-    env = {**os.environ, "PATH": f"{NODE_BIN}{os.pathsep}{os.environ['PATH']}"}
-    common = ["--user-data-dir", str(data), "--extensions-dir", str(extensions)]
-    subprocess.run(
-        [str(CODE_SERVER), *common, "--install-extension", str(VSIX)],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    port = free_port()
-    log = root / "code-server.log"
-    config = root / "config.yaml"
-    config.write_text(f"bind-addr: 127.0.0.1:{port}\nauth: none\ncert: false\n")
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(CODE_SERVER),
-                *common,
-                "--config",
-                str(config),
-                "--disable-telemetry",
-                "--disable-update-check",
-                "--disable-workspace-trust",
-                "--disable-getting-started-override",
-                str(workspace),
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise AssertionError("code-server did not start:\n" + log.read_text()[-3000:])
-        time.sleep(0.2)
-    yield CodeServer(url, workspace, process, log)
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    settings = {"onemac.baseUrl": gw.base_url, "onemac.maxTokens": MAX_TOKENS}
+    with code_server(root, workspace, VSIX, settings) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """Chromium; if the test fails, what the page showed is in tests/artifacts/."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
-        "--window-size=1400,900",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
-    try:
+    with chromium(tmp_path_factory.mktemp("chromium"), ARTIFACTS / "vscode-last.png") as driver:
         yield driver
-    finally:
-        ARTIFACTS.mkdir(exist_ok=True)
-        driver.switch_to.default_content()
-        driver.save_screenshot(str(ARTIFACTS / "vscode-last.png"))
-        driver.quit()
-
-
-def wait_for(condition: Any, timeout: float = 60.0, what: str = "the page") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-        except Exception:  # the DOM changes under us (stale elements, frames not there yet)
-            value = None
-        if value:
-            return value
-        time.sleep(0.2)  # each look is a few WebDriver calls: they compete with the model for CPU
-    raise AssertionError(f"{what} never got there")
-
-
-class Workbench:
-    """VS Code in the browser, as a person drives it: the keyboard, the command palette, and
-    the chat panel's webview (nested iframes: the workbench's, then its active frame)."""
-
-    def __init__(self, driver: Any) -> None:
-        self.driver = driver
-
-    def keys(self, *keys: str) -> None:
-        from selenium.webdriver.common.action_chains import ActionChains
-
-        ActionChains(self.driver).send_keys(*keys).perform()
-
-    def chord(self, modifier: str, *keys: str) -> None:
-        """`keys` with `modifier` held down (ctrl+home, shift+down...)."""
-        from selenium.webdriver.common.action_chains import ActionChains
-
-        ActionChains(self.driver).key_down(modifier).send_keys(*keys).key_up(modifier).perform()
-
-    def palette(self, command: str) -> None:
-        from selenium.common.exceptions import WebDriverException
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.common.keys import Keys
-
-        self.driver.switch_to.default_content()
-
-        def box() -> Any:
-            found = self.driver.find_elements(By.CSS_SELECTOR, ".quick-input-box input")
-            return found[0] if found and found[0].is_displayed() else None
-
-        wait_for(lambda: box() is None, what="the last quick input closed")
-        self.keys(Keys.F1)
-        try:
-            palette = wait_for(box, timeout=3, what="the command palette")
-            palette.send_keys(command)
-        except (AssertionError, WebDriverException):
-            # F1 went to a webview still loading: the title bar's command center, then ">".
-            self.driver.find_element(By.CSS_SELECTOR, ".command-center-center").click()
-            palette = wait_for(box, what="the command palette")
-            palette.send_keys(">" + command)
-        wait_for(
-            lambda: (
-                command.lower()
-                in self.driver.find_element(
-                    By.CSS_SELECTOR, ".quick-input-list .monaco-list-row.focused"
-                ).text.lower()
-            ),
-            what=f"the command {command!r}",
-        )
-        palette.send_keys(Keys.ENTER)
-
-    def quick_input(self, text: str, *, per_char: float = 0.0) -> None:
-        """Types into the open quick input (a dialog's path, an input box) and presses Enter."""
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.common.keys import Keys
-
-        box = self.driver.find_element(By.CSS_SELECTOR, ".quick-input-box input")
-        for char in text if per_char else [text]:
-            box.send_keys(char)
-            time.sleep(per_char)
-        box.send_keys(Keys.ENTER)
-
-    def import_conversation(self, path: Path) -> None:
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.common.keys import Keys
-
-        self.palette("Onemac: Import Conversation")
-        box = wait_for(
-            lambda: (
-                (b := self.driver.find_element(By.CSS_SELECTOR, ".quick-input-box input"))
-                .get_attribute("value")
-                .startswith("/")
-                and b
-            ),
-            what="the open dialog",
-        )
-        box.send_keys(Keys.CONTROL, "a")
-        box.send_keys(str(path))
-        wait_for(lambda: box.get_attribute("value") == str(path), what="the path")
-        # The dialog checks the path as it is typed, and may let an Enter pass meanwhile.
-        for _ in range(5):
-            box.send_keys(Keys.ENTER)
-            try:
-                wait_for(lambda: not box.is_displayed(), timeout=3, what="the dialog closed")
-                break
-            except AssertionError:
-                continue
-        self.in_panel()
-        wait_for(
-            lambda: (
-                self.driver.find_element(By.ID, "transcript").get_attribute("data-messages") == "9"
-            ),
-            what="the imported conversation",
-        )
-
-    def in_panel(self) -> None:
-        """Switches into the chat panel's page."""
-        from selenium.webdriver.common.by import By
-
-        self.driver.switch_to.default_content()
-
-        def enter() -> bool:
-            self.driver.switch_to.default_content()
-            outer = [
-                f
-                for f in self.driver.find_elements(By.CSS_SELECTOR, "iframe.webview")
-                if f.is_displayed()
-            ]
-            if not outer:
-                return False
-            self.driver.switch_to.frame(outer[0])
-            self.driver.switch_to.frame(self.driver.find_element(By.ID, "active-frame"))
-            return bool(self.driver.find_elements(By.ID, "draft"))
-
-        wait_for(enter, what="the chat panel")
-
-    def ask(self, question: str, *, hints: bool, per_char: float = 0.04) -> dict[str, str]:
-        """Types `question` in the panel, one character at a time, and sends it with Enter;
-        returns the numbers the panel shows for the answer."""
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.common.keys import Keys
-
-        self.in_panel()
-        toggle = self.driver.find_element(By.ID, "hints")
-        if toggle.is_selected() != hints:
-            toggle.click()
-        before = len(self.driver.find_elements(By.CSS_SELECTOR, ".msg.assistant .meta"))
-        draft = self.driver.find_element(By.ID, "draft")
-        for char in question:
-            draft.send_keys(char)
-            time.sleep(per_char)
-        badge = self.driver.find_element(By.ID, "hintstate")
-        if hints:  # a person's pause before Enter: the last progressive hint goes out, is ready
-            time.sleep(0.6)
-            wait_for(lambda: badge.get_attribute("data-state") == "ready", what="a ready hint")
-        else:
-            assert badge.get_attribute("data-state") == "none"
-        hint_id = badge.get_attribute("data-id")
-        draft.send_keys(Keys.ENTER)
-
-        def meta() -> Any:
-            found = self.driver.find_elements(By.CSS_SELECTOR, ".msg.assistant .meta")
-            return (
-                found[-1]
-                if len(found) > before and found[-1].get_attribute("data-cached")
-                else None
-            )
-
-        done = wait_for(meta, timeout=120, what="the answer")
-        answer = self.driver.find_elements(By.CSS_SELECTOR, ".msg.assistant .text")[-1].text
-        shown = {k: done.get_attribute(f"data-{k}") for k in ("ttft", "cached", "prompt", "hint")}
-        return shown | {"hint_id": hint_id, "answer": answer, "meta": done.text}
 
 
 def metric(gw: RunningGateway, name: str) -> float:
@@ -391,11 +131,11 @@ def metric(gw: RunningGateway, name: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def workbench(code_server: CodeServer, browser: Any) -> Workbench:
+def workbench(editor: CodeServer, browser: Any) -> Workbench:
     """The workbench loaded, with the extension running (its status bar item is there)."""
     from selenium.webdriver.common.by import By
 
-    browser.get(f"{code_server.url}/?folder={code_server.workspace}")
+    browser.get(f"{editor.url}/?folder={editor.workspace}")
     wait_for(
         lambda: any(
             "onemac:" in e.text for e in browser.find_elements(By.CSS_SELECTOR, ".statusbar-item")
@@ -434,7 +174,7 @@ def test_the_chat_panel_posts_hints_and_streams_the_answer(
 
 
 def test_a_hinted_question_after_1500_tokens_starts_ten_times_sooner(
-    code_server: CodeServer, workbench: Workbench
+    editor: CodeServer, workbench: Workbench
 ) -> None:
     """Issue 37's measurement: a 1,500-token conversation's next question, hints on and off."""
     browser = workbench.driver
@@ -443,7 +183,7 @@ def test_a_hinted_question_after_1500_tokens_starts_ten_times_sooner(
     runs: dict[str, list[dict[str, str]]] = {"hinted": [], "plain": []}
     for n in range(2 * RUNS):
         kind = "hinted" if n % 2 == 0 else "plain"
-        workbench.import_conversation(code_server.workspace / f"conversation-{n}.json")
+        workbench.import_conversation(editor.workspace / f"conversation-{n}.json")
         shown = workbench.ask(QUESTION, hints=kind == "hinted")
         assert int(shown["prompt"]) >= 1500, shown
         runs[kind].append(shown)
@@ -458,6 +198,7 @@ def test_a_hinted_question_after_1500_tokens_starts_ten_times_sooner(
         assert shown["hint"] == "off" and int(shown["cached"]) < 100, shown
     hinted = [float(s["ttft"]) for s in runs["hinted"]]
     plain = [float(s["ttft"]) for s in runs["plain"]]
+    ratio = statistics.median(hinted) / statistics.median(plain)
     result = {
         "benchmark": "issue37-vscode-ttft",
         "what": "TTFT (s) measured by the VS Code extension in code-server, driven through "
@@ -478,16 +219,16 @@ def test_a_hinted_question_after_1500_tokens_starts_ten_times_sooner(
             "median": statistics.median(plain),
             "cached_tokens": [int(s["cached"]) for s in runs["plain"]],
         },
-        "hinted_over_plain": statistics.median(hinted) / statistics.median(plain),
+        "hinted_over_plain": ratio,
         "load_average": {"start": load_at_start, "end": os.getloadavg()},
     }
     (ARTIFACTS / "vscode-ttft.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nTTFT hinted {hinted} plain {plain} ratio {result['hinted_over_plain']:.3f}")
-    assert result["hinted_over_plain"] <= 0.1, result
+    print(f"\nTTFT hinted {hinted} plain {plain} ratio {ratio:.3f}")
+    assert ratio <= 0.1, result
 
 
 def test_edit_selection_hints_the_selection_and_applies_the_accepted_diff(
-    gw: RunningGateway, code_server: CodeServer, workbench: Workbench
+    gw: RunningGateway, editor: CodeServer, workbench: Workbench
 ) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
@@ -557,7 +298,7 @@ def test_edit_selection_hints_the_selection_and_applies_the_accepted_diff(
     wait_for(lambda: not diff_tab(), what="the diff closed")
     workbench.chord(Keys.CONTROL, "s")
     edited = wait_for(
-        lambda: (text := (code_server.workspace / "geometry.py").read_text()) != SOURCE and text,
+        lambda: (text := (editor.workspace / "geometry.py").read_text()) != SOURCE and text,
         what="the edit saved",
     )
     # The model's code replaced the selection, and only the selection.
