@@ -216,10 +216,30 @@ class Workbench:
         box.send_keys(Keys.ENTER)
 
     def import_conversation(self, path: Path) -> None:
+        """ "Onemac: Import Conversation", `path` given to its open dialog."""
         from selenium.webdriver.common.by import By
         from selenium.webdriver.common.keys import Keys
 
-        self.palette("Onemac: Import Conversation")
+        for _attempt in range(3):
+            self.palette("Onemac: Import Conversation")
+            if self.open_in_dialog(path):
+                break
+            self.keys(Keys.ESCAPE)  # and again, from the command palette
+        self.in_panel()
+        wait_for(
+            lambda: (
+                self.driver.find_element(By.ID, "transcript").get_attribute("data-messages") == "9"
+            ),
+            what=f"the imported conversation {path.name}",
+        )
+
+    def open_in_dialog(self, path: Path) -> bool:
+        """Types `path` into VS Code's simple file dialog and opens it. The dialog completes
+        names as they are typed: a path it got wrong is typed again, an Enter it let pass
+        (while it checked the path) pressed again."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.common.keys import Keys
+
         box = wait_for(
             lambda: (
                 (b := self.driver.find_element(By.CSS_SELECTOR, ".quick-input-box input"))
@@ -229,24 +249,28 @@ class Workbench:
             ),
             what="the open dialog",
         )
-        box.send_keys(Keys.CONTROL, "a")
-        box.send_keys(str(path))
-        wait_for(lambda: box.get_attribute("value") == str(path), what="the path")
-        # The dialog checks the path as it is typed, and may let an Enter pass meanwhile.
-        for _ in range(5):
-            box.send_keys(Keys.ENTER)
+
+        def typed() -> bool:
+            return bool(box.get_attribute("value") == str(path))
+
+        for _typing in range(3):
+            box.send_keys(Keys.CONTROL, "a")
+            box.send_keys(str(path))
             try:
-                wait_for(lambda: not box.is_displayed(), timeout=3, what="the dialog closed")
+                wait_for(typed, timeout=3, what="the path")
                 break
             except AssertionError:
                 continue
-        self.in_panel()
-        wait_for(
-            lambda: (
-                self.driver.find_element(By.ID, "transcript").get_attribute("data-messages") == "9"
-            ),
-            what="the imported conversation",
-        )
+        for _enter in range(5):
+            if not typed():
+                return False
+            box.send_keys(Keys.ENTER)
+            try:
+                wait_for(lambda: not box.is_displayed(), timeout=3, what="the dialog closed")
+                return True
+            except AssertionError:
+                continue
+        return False
 
     def in_panel(self) -> None:
         """Switches into the chat panel's page."""

@@ -30,7 +30,14 @@ export function activate(context: vscode.ExtensionContext): void {
     const target =
       uri instanceof vscode.Uri
         ? uri
-        : (await vscode.window.showOpenDialog({ canSelectMany: false, filters: JSON_FILTERS, openLabel: "Import" }))?.[0];
+        : (
+            await vscode.window.showOpenDialog({
+              canSelectMany: false,
+              filters: JSON_FILTERS,
+              openLabel: "Import",
+              defaultUri: vscode.workspace.workspaceFolders?.[0]?.uri,
+            })
+          )?.[0];
     if (!target) return;
     try {
       const messages = parseConversation(new TextDecoder().decode(await vscode.workspace.fs.readFile(target)));
