@@ -135,6 +135,8 @@ def workbench(editor: CodeServer, browser: Any) -> Workbench:
     """The workbench loaded, with the extension running (its status bar item is there)."""
     from selenium.webdriver.common.by import By
 
+    ARTIFACTS.mkdir(exist_ok=True)  # screenshots and the measurement go there
+
     browser.get(f"{editor.url}/?folder={editor.workspace}")
     wait_for(
         lambda: any(
