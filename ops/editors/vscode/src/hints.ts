@@ -56,6 +56,8 @@ export class HintTracker {
   private timer: unknown = null;
   private generation = 0; // bumped by clear() and take(): late answers know they are stale
   private readonly abandoned = new Set<number>(); // the generations clear() ended
+  private sent = 0; // posts numbered in order: a late 202 never replaces a newer hint
+  private shown = 0;
   private readonly timers: Timers;
 
   constructor(
@@ -125,6 +127,7 @@ export class HintTracker {
 
   private post(messages: Message[], draft: string, words: number, model?: string): void {
     const generation = this.generation;
+    const number = ++this.sent;
     this.started = true;
     this.lastWords = words;
     this.posted += 1;
@@ -136,6 +139,8 @@ export class HintTracker {
           if (this.abandoned.has(generation)) this.api.deleteHint(hint.id).catch(() => undefined);
           return;
         }
+        if (number < this.shown) return; // a newer hint (which supersedes it) is already here
+        this.shown = number;
         this.hint = hint;
         this.options.onChange?.(hint);
         this.follow(hint.id, generation);

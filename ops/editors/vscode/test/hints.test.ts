@@ -192,6 +192,28 @@ test("a computing hint's state is followed until it is ready", async () => {
   );
 });
 
+test("a hint whose 202 comes after a newer one's does not replace it", async () => {
+  const api = new FakeApi();
+  const answers: (() => void)[] = [];
+  const slow: HintApi = {
+    postHint: (body) =>
+      new Promise((resolve) => answers.push(() => resolve({ id: body.draft, state: "ready", model: "m", prefix_tokens: 1 }))),
+    deleteHint: (id) => api.deleteHint(id),
+    getHint: (id) => api.getHint(id),
+  };
+  const timers = new ManualTimers();
+  const hints = new HintTracker(slow, { session: "s", delayMs: () => 250, enabled: () => true, timers, followMs: 0 });
+  hints.onDraft(HISTORY, "Hi");
+  hints.onDraft(HISTORY, "Hi there");
+  timers.advance(250);
+  assert.equal(answers.length, 2);
+  answers[1](); // the newer hint's 202 first...
+  await settle();
+  answers[0](); // ...then the older one's
+  await settle();
+  assert.equal(hints.hint?.id, "Hi there");
+});
+
 test("with hints off nothing is posted", () => {
   const api = new FakeApi();
   const hints = new HintTracker(api, { session: "s", delayMs: () => 250, enabled: () => false, timers: new ManualTimers() });
