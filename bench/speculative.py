@@ -105,11 +105,15 @@ RECORD_SCHEMA = {
 TASKS: dict[str, tuple[list[dict[str, str]], dict[str, Any] | None]] = {
     "edit": (
         [
-            {"role": "system", "content": "You edit code. Reply with the whole code only."},
+            {
+                "role": "system",
+                "content": "You are a code editor. You reply with the complete edited code in "
+                "one ```python block and nothing else.",
+            },
             {
                 "role": "user",
-                "content": "Rename the parameter `include_refunds` to `with_refunds` "
-                f"everywhere in this function:\n\n{FUNCTION}",
+                "content": f"```python\n{FUNCTION}```\n\nRename the parameter "
+                "`include_refunds` to `with_refunds`.",
             },
         ],
         None,
