@@ -115,7 +115,16 @@ class Fetcher:
         stem = f"{name.replace('-', '_')}-{version}"
         found = [p for p in self.downloads.glob(f"{stem}*") if p.suffix in (".whl", ".gz")]
         if not found:
-            cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(self.downloads)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "-d",
+                str(self.downloads),
+            ]
             cmd += ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
             subprocess.run([*cmd, spec], check=True)
             found = [p for p in self.downloads.glob(f"{stem}*") if p.suffix in (".whl", ".gz")]
@@ -127,12 +136,19 @@ class Fetcher:
         base = spec.lstrip("@").replace("/", "-").replace("@", "-")
         archive = self.downloads / f"{base}.tgz"
         if not archive.exists():
-            subprocess.run(["npm", "pack", "--silent", spec, "--pack-destination", str(self.downloads)], check=True)
+            subprocess.run(
+                ["npm", "pack", "--silent", spec, "--pack-destination", str(self.downloads)],
+                check=True,
+            )
         return self.checked(archive)
 
     def split_model(self, model: SplitModel) -> None:
         target = self.root / model.file
-        if target.exists() and target.stat().st_size == model.size and sha256(target) == model.sha256:
+        if (
+            target.exists()
+            and target.stat().st_size == model.size
+            and sha256(target) == model.sha256
+        ):
             print(f"ok   {model.file} (cached)")
             return
         partial = target.with_suffix(".partial")
@@ -156,7 +172,9 @@ class Fetcher:
         sdist = self.pip(LLAMA_CPP, sdist=True)
         stamp = self.root / "llama.cpp" / ".from"
         if stamp.exists() and stamp.read_text() == sdist.name:
-            print(f"ok   llama.cpp fixtures (cached, {len(list(vocab.glob('*.gguf')))} vocabularies)")
+            print(
+                f"ok   llama.cpp fixtures (cached, {len(list(vocab.glob('*.gguf')))} vocabularies)"
+            )
             return
         shutil.rmtree(self.root / "llama.cpp", ignore_errors=True)
         vocab.mkdir(parents=True)
@@ -178,8 +196,10 @@ class Fetcher:
                 assert src is not None
                 dest.write_bytes(src.read())
         stamp.write_text(sdist.name)
-        print(f"ok   llama.cpp fixtures: {len(list(vocab.glob('*.gguf')))} vocabularies, "
-              f"{len(list(templates.glob('*.jinja')))} templates")
+        print(
+            f"ok   llama.cpp fixtures: {len(list(vocab.glob('*.gguf')))} vocabularies, "
+            f"{len(list(templates.glob('*.jinja')))} templates"
+        )
 
     def tokenizers(self) -> None:
         for name, spec in TOKENIZERS.items():
@@ -188,7 +208,9 @@ class Fetcher:
             dest.mkdir(parents=True, exist_ok=True)
             with tarfile.open(archive) as tar:
                 for member in tar.getmembers():
-                    if member.isfile() and member.name.endswith(("tokenizer.json", "tokenizer_config.json")):
+                    if member.isfile() and member.name.endswith(
+                        ("tokenizer.json", "tokenizer_config.json")
+                    ):
                         src = tar.extractfile(member)
                         assert src is not None
                         (dest / Path(member.name).name).write_bytes(src.read())
@@ -207,10 +229,16 @@ class Fetcher:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--small", action="store_true", help="only the small fixtures (vocabularies, tokenizers)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--small", action="store_true", help="only the small fixtures (vocabularies, tokenizers)"
+    )
     parser.add_argument("--big", action="store_true", help="also the 1.5B model (1.1 GB)")
-    parser.add_argument("--record", action="store_true", help="add hashes of archives not yet in the lock file")
+    parser.add_argument(
+        "--record", action="store_true", help="add hashes of archives not yet in the lock file"
+    )
     args = parser.parse_args()
     fetcher = Fetcher(cache_dir(), record=args.record)
     try:
