@@ -77,7 +77,7 @@ def logits_are_finite(folder: Path, prompt: str) -> bool:
     # The model's own list of layers (``model.layers`` is a copy in mlx-lm's pipelined
     # models: the inner model's is the one it iterates), wrapped; none found: computed whole.
     for holder in (getattr(model, "model", None), getattr(model, "language_model", None), model):
-        layers = getattr(holder, "layers", None) if holder is not None else None
+        layers: Any = getattr(holder, "layers", None)
         if isinstance(layers, list) and layers and getattr(holder, "layers", None) is layers:
             layers[:] = [_OneLayerAtATime(layer) for layer in layers]
             break
