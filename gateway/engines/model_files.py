@@ -76,13 +76,19 @@ def logits_are_finite(folder: Path, prompt: str) -> bool:
     apply_weights(model, "quantized" if cpu else "native", evaluate=False)
     # The model's own list of layers (``model.layers`` is a copy in mlx-lm's pipelined
     # models: the inner model's is the one it iterates), wrapped; none found: computed whole.
-    for holder in (getattr(model, "model", None), getattr(model, "language_model", None), model):
-        layers: Any = getattr(holder, "layers", None)
-        if isinstance(layers, list) and layers and getattr(holder, "layers", None) is layers:
-            layers[:] = [_OneLayerAtATime(layer) for layer in layers]
-            break
+    layers = _own_layers(model)
+    if layers is not None:
+        layers[:] = [_OneLayerAtATime(layer) for layer in layers]
     logits = model(mx.array(tokenizer.encode(prompt))[None])
     return bool(mx.all(mx.isfinite(logits)).item())
+
+
+def _own_layers(model: Any) -> list[Any] | None:
+    for holder in (getattr(model, "model", None), getattr(model, "language_model", None), model):
+        layers = getattr(holder, "layers", None)
+        if isinstance(layers, list) and layers and getattr(holder, "layers", None) is layers:
+            return layers
+    return None
 
 
 class _OneLayerAtATime:
