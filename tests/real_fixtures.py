@@ -30,3 +30,17 @@ def real_file(relative: str) -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+def llama_cpp_cases(gguf: Path) -> list[tuple[str, list[int]]]:
+    """A vocabulary's tests as llama.cpp's ``test-tokenizer-0`` reads them: the ``.inp`` texts
+    split on its separator, one line of expected ids per text in ``.out`` (none: no cases)."""
+    inp, out = Path(f"{gguf}.inp"), Path(f"{gguf}.out")
+    if not inp.exists():
+        return []
+    texts = inp.read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+    if texts and texts[-1] == "":
+        texts.pop()
+    lines = out.read_text().splitlines()
+    assert len(texts) == len(lines), f"{gguf.name}: {len(texts)} texts, {len(lines)} id lines"
+    return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, lines, strict=True)]
