@@ -23,8 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.modelstore.gguf.reader import read_gguf  # noqa: E402
-from gateway.modelstore.gguf.tokenizer import build_tokenizer  # noqa: E402
+from gateway.modelstore.gguf.reader import read_gguf
+from gateway.modelstore.gguf.tokenizer import build_tokenizer
 
 SEPARATOR = "\n__ggml_vocab_test__\n"
 
