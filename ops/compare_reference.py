@@ -171,8 +171,15 @@ def main() -> int:
         (work / "prompts.json").write_text(json.dumps(prompts))
         started = time.perf_counter()
         subprocess.run(
-            [args.reference_python, __file__, str(gguf), "--reference-python", "-"]
-            + ["--reference-only", str(work)],
+            [
+                args.reference_python,
+                __file__,
+                str(gguf),
+                "--reference-python",
+                "-",
+                "--reference-only",
+                str(work),
+            ],
             check=True,
         )
         reference_s = time.perf_counter() - started
