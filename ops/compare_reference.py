@@ -8,7 +8,7 @@ on a Linux CPU), computed in-process with mlx-lm's cache; the reference side run
 virtualenv that has PyTorch (the gateway's does not), e.g.::
 
     python -m venv .cache/ref-venv
-    .cache/ref-venv/bin/pip install torch==2.13.0 transformers==5.25.0 gguf==0.19.0 numpy
+    .cache/ref-venv/bin/pip install torch==2.13.0 transformers==5.25.0 gguf==0.19.0 numpy accelerate
     .venv/bin/python ops/compare_reference.py ~/.cache/onemac-gateway/real/<model>.gguf \
         --reference-python .cache/ref-venv/bin/python --json ops/results/<name>.json
 
@@ -59,7 +59,7 @@ def reference_side(gguf: Path, prompts: list[list[int]], out: Path) -> None:
         own = tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
         )
-        own_ids = list(own["input_ids"] if isinstance(own, dict) else own)
+        own_ids = list(own["input_ids"] if hasattr(own, "keys") else own)
         with torch.no_grad():
             logits = model(torch.tensor([ids])).logits[0, -1].float().numpy()
             generated = model.generate(
