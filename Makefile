@@ -21,7 +21,7 @@ test: setup test-models test-tools real-fixtures check
 # Issue 31's real Qwen2.5-Coder 0.5B and 1.5B GGUFs, end to end (several minutes on 2 cores:
 # the 1.5B decodes at a few tokens a second here); CI runs it after `make test`.
 test-real: setup real-models
-	ONEMAC_REQUIRE_REAL=1 bash ops/run-tests.sh -m real tests/e2e/test_real_models.py
+	ONEMAC_REQUIRE_REAL=1 bash ops/run-tests.sh -m real
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check gateway bench tests ops
