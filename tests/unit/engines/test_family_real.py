@@ -66,3 +66,23 @@ def test_the_tool_grammar_accepts_the_models_own_call_tokens(
     for token in tokens:
         assert matcher.consume_token(token), (token, matcher.get_error())
     assert matcher.is_accepting()
+
+
+@pytest.mark.parametrize(
+    "template", ["Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen-Qwen3-0.6B.jinja", "Qwen-QwQ-32B.jinja"]
+)
+def test_llama_cpps_qwen_templates_on_the_real_tokenizer_write_hermes_calls_by_id(
+    qwen3: TokenizerWrapper, template: str
+) -> None:
+    """The chat templates shipped with llama.cpp (its sdist), on Qwen's own tokenizer: the
+    tool format is Hermes with newlines inside the tags, its markers named by id."""
+    hf = qwen3._tokenizer
+    saved = hf.chat_template
+    hf.chat_template = real_file(f"llama.cpp/templates/{template}").read_text()
+    try:
+        family = family_of(TokenizerWrapper(hf))
+    finally:
+        hf.chat_template = saved
+    assert family.parser == "json_tools"
+    assert isinstance(family.tools, HermesFormat) and family.tools.newline
+    assert family.tools.open.token == TOOL_CALL and family.tools.close.token == TOOL_CALL_END
