@@ -79,7 +79,35 @@ def _im_end(tokenizer: Any) -> list[int]:
     return [token] if isinstance(token, int) and token >= 0 else []
 
 
-def gateway_side(folder: Path, prompts: list[list[int]], eos: set[int], out: Path) -> float:
+def exact_requantized(model: Any, gguf: Path) -> int:
+    """Put gguf-py's own float32 values into every weight the import re-quantized (Q6_K and
+    below): what is left of a difference is then the rest (repacked bit-exactly) and the
+    order of summation. Returns how many tensors were replaced."""
+    import mlx.core as mx
+    from mlx.utils import tree_unflatten
+
+    from gateway.modelstore.gguf.architectures import SUPPORTED_ARCHITECTURES
+    from gateway.modelstore.gguf.convert import _EXACT_TYPES, _dequantize
+    from gateway.modelstore.gguf.quants import FLOAT_TYPES
+    from gateway.modelstore.gguf.reader import read_gguf
+
+    header = read_gguf(gguf)
+    arch = SUPPORTED_ARCHITECTURES[str(header.metadata["general.architecture"])]
+    replaced = []
+    for tensor in header.tensors:
+        if tensor.type_name in FLOAT_TYPES or tensor.type_name in _EXACT_TYPES:
+            continue
+        name = arch.mlx_name(tensor.name)
+        if name is not None:
+            replaced.append((name, mx.array(_dequantize(header, tensor))))
+    model.update(tree_unflatten(replaced))
+    mx.eval(model.parameters())
+    return len(replaced)
+
+
+def gateway_side(
+    folder: Path, prompts: list[list[int]], eos: set[int], out: Path, exact_from: Path | None
+) -> float:
     from gateway.engines.device import choose_compute_path
 
     choose_compute_path()
@@ -91,11 +119,15 @@ def gateway_side(folder: Path, prompts: list[list[int]], eos: set[int], out: Pat
     started = time.perf_counter()
     model, _tokenizer, _config = load_model(folder, "float32")
     loaded = time.perf_counter() - started
-    results = []
+    if exact_from is not None:
+        exact_requantized(model, exact_from)
+    results: list[dict[str, Any]] = []
     for index, ids in enumerate(prompts):
         cache = make_prompt_cache(model)
         logits = model(mx.array(ids)[None], cache=cache)[0, -1].astype(mx.float32)
         np.save(out / f"gateway-{index}.npy", np.array(logits))
+        if exact_from is not None:
+            continue  # the first token's logits only
         tokens: list[int] = []
         token = int(mx.argmax(logits).item())
         while len(tokens) < STEPS:
@@ -183,7 +215,10 @@ def main() -> int:
             check=True,
         )
         reference_s = time.perf_counter() - started
-        gateway_load = gateway_side(folder, prompts, eos, work)
+        exact = work / "exact"
+        exact.mkdir()
+        gateway_side(folder, prompts, eos, exact, exact_from=gguf)
+        gateway_load = gateway_side(folder, prompts, eos, work, exact_from=None)
         theirs = json.loads((work / "reference.json").read_text())
         ours = json.loads((work / "gateway.json").read_text())
         rows = []
@@ -202,6 +237,11 @@ def main() -> int:
                     "reference_text": tokenizer.decode(b),
                     "first_token_logits": compare_logits(
                         np.load(work / f"gateway-{index}.npy"),
+                        np.load(work / f"reference-{index}.npy"),
+                    ),
+                    # the same with the re-quantized (Q6_K) weights at gguf-py's exact values
+                    "first_token_logits_requantized_exact": compare_logits(
+                        np.load(exact / f"gateway-{index}.npy"),
                         np.load(work / f"reference-{index}.npy"),
                     ),
                 }
@@ -227,6 +267,7 @@ def main() -> int:
         print(
             f"{row['greedy_identical']!s:5} first diff {row['first_difference_at']!s:4} "
             f"max|dlogit| {logits['max_abs_diff']:.4f} KL {logits['kl_reference_to_gateway']:.2e} "
+            f"(Q6_K exact: {row['first_token_logits_requantized_exact']['max_abs_diff']:.4f}) "
             f"ids same {row['prompt_ids_identical']}  {row['prompt'][:40]}"
         )
     if args.json:
