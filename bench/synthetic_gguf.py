@@ -218,6 +218,34 @@ def _tokenizer_metadata(writer: Any, folder: Path, vocab_size: int, pre: str) ->
         writer.add_chat_template(template)
 
 
+def _copy_tokenizer_metadata(writer: Any, vocab: Path, vocab_size: int) -> None:
+    """Every ``tokenizer.*`` key of ``vocab`` as it is (token ids as u32, flags as bools)."""
+    from gateway.modelstore.gguf.reader import read_gguf
+
+    meta = read_gguf(vocab).metadata
+    if len(meta["tokenizer.ggml.tokens"]) != vocab_size:
+        raise ValueError(
+            f"{vocab.name}: {len(meta['tokenizer.ggml.tokens'])} tokens, not {vocab_size}"
+        )
+    for key, value in meta.items():
+        if not key.startswith("tokenizer."):
+            continue
+        if isinstance(value, np.ndarray):
+            if value.dtype == np.uint8:  # a byte blob (T5's precompiled charsmap)
+                raise ValueError(f"{key}: byte arrays are not copied")
+            writer.add_array(key, value.tolist())
+        elif isinstance(value, list):
+            writer.add_array(key, value)
+        elif isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        else:
+            writer.add_string(key, str(value))
+
+
 def _hparams(writer: Any, arch: str, config: dict[str, Any]) -> None:
     heads = int(config["num_attention_heads"])
     head_dim = int(config.get("head_dim") or config["hidden_size"] // heads)
@@ -267,12 +295,19 @@ def folder_dtype(quant_type: str) -> str:
 
 
 def write_gguf(
-    folder: Path, out: Path, quant_type: str, pre: str = "smollm", seed: int = 0
+    folder: Path,
+    out: Path,
+    quant_type: str,
+    pre: str = "smollm",
+    seed: int = 0,
+    vocab: Path | None = None,
 ) -> Path:
     """Write ``folder`` (a float synthetic mlx-lm model) as a GGUF file of ``quant_type``.
 
     ``pre`` is the ``tokenizer.ggml.pre`` name llama.cpp gives the folder's tokenizer
-    (SmolLM2's: "smollm").
+    (SmolLM2's: "smollm"). ``vocab``: a GGUF (llama.cpp's ``ggml-vocab-*.gguf``) whose
+    ``tokenizer.*`` metadata is written instead of the folder's tokenizer (the folder's
+    ``vocab_size`` must be its token count).
     """
     import mlx.core as mx
     from gguf import GGUFWriter, LlamaFileType
@@ -288,7 +323,10 @@ def write_gguf(
     writer.add_file_type(LlamaFileType[_FILE_TYPES[quant_type]])
     writer.add_quantization_version(2)
     _hparams(writer, arch, config)
-    _tokenizer_metadata(writer, folder, int(config["vocab_size"]), pre)
+    if vocab is None:
+        _tokenizer_metadata(writer, folder, int(config["vocab_size"]), pre)
+    else:
+        _copy_tokenizer_metadata(writer, vocab, int(config["vocab_size"]))
     rng = np.random.default_rng(seed)
     for mlx_name in sorted(weights):
         array = np.array(weights[mlx_name].astype(mx.float32))

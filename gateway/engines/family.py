@@ -128,13 +128,18 @@ def _parser_name(tokenizer: Any) -> str | None:
 
 
 def _marker(tokenizer: Any, text: str) -> Marker:
-    """``text`` with its token id when it is a single special token of ``tokenizer``."""
+    """``text`` with its token id when it is a single added token of ``tokenizer``.
+
+    Special or not: llguidance treats every added token as special (its bytes are not text,
+    so no string literal matches it). Qwen's ``<tool_call>`` is added but not special; named
+    as text, the grammar refused the very token the model writes (issue 31: "token 151657
+    doesn't satisfy the grammar", an empty reply)."""
     hf = getattr(tokenizer, "_tokenizer", tokenizer)
     try:
         ids = hf.encode(text, add_special_tokens=False)
         added = getattr(hf, "added_tokens_decoder", {})
     except Exception:
         return Marker(text)
-    if len(ids) == 1 and int(ids[0]) in added and getattr(added[int(ids[0])], "special", False):
+    if len(ids) == 1 and int(ids[0]) in added:
         return Marker(text, int(ids[0]))
     return Marker(text)

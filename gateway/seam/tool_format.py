@@ -53,11 +53,11 @@ class ToolChoice:
 
 @dataclass(frozen=True)
 class Marker:
-    """A piece of a model's format and, when it is one special token, that token's id.
+    """A piece of a model's format and, when it is one added token, that token's id.
 
-    A special token cannot be spelled by text (llguidance keeps them apart), so a grammar
-    names it by id; an ordinary text marker (Qwen's ``<tool_call>`` is an added, non-special
-    token) is a string literal that the tokens may spell either way.
+    An added token cannot be spelled by text (llguidance keeps every added token apart as a
+    special one, Qwen's non-special ``<tool_call>`` too), so a grammar names it by id; a
+    marker that is no single token is a string literal that the tokens may spell any way.
     """
 
     text: str

@@ -536,7 +536,8 @@ class ChatService:
         reply = chat.prompt.reply or ReplyFormat()
         calls = calling(chat.tool_use)
         if calls is not None:
-            run.parser = make_tool_parser(reply.tools, calls.id_prefix)
+            names = frozenset(tool.name for tool in calls.tools)
+            run.parser = make_tool_parser(reply.tools, calls.id_prefix, names)
         if reply.thinks and chat.text_prompt is None:
             run.splitter = ReasoningSplitter(reply)
         self.active[chat.id] = run

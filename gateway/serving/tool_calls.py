@@ -7,17 +7,28 @@ parser per format follows the text as it streams and produces the pieces both wi
 need: text, the start of a call (its id and name), and fragments of its arguments as they
 are written, so that a client's stream shows them growing. A piece of a closing tag split
 over two tokens is held back until it is decided.
+
+Unconstrained (``auto``), Qwen 2.5 models write calls without the tags too: a bare
+``{"name": ..., "arguments": ...}`` or one in a ```` ```json ```` fence. llama.cpp's parser for
+the family (``common_chat_parse_hermes_2_pro``) takes both; so does this one, where the reply
+(or what follows a call) begins with one, and the name is one of the request's functions.
+Such a call is held back whole, then parsed: anything else it turns out to be is text.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.seam.tool_format import HERMES, HermesFormat, MistralFormat, ToolFormat
 
 _HEAD = re.compile(r'\s*\{"name":\s*"((?:[^"\\]|\\.)*)",\s*"arguments":\s*')
+# A fence that opens a loose call: ```json, or ``` alone, then a line break.
+_FENCE = re.compile(r"```(?:json)?[ \t]*\r?\n")
+_FENCE_OPENINGS = ("```json\n", "```\n")
 
 
 @dataclass(frozen=True)
@@ -105,20 +116,44 @@ class ToolCallParser(_CallsParser):
     """Feed the reply's text; take the pieces. ``calls`` holds every call seen."""
 
     fmt: HermesFormat = HERMES
-    _state: str = "decide"  # decide -> text | head -> arguments -> closing -> between -> head ...
+    # The request's functions: a loose call (bare or fenced JSON) must name one of them.
+    names: frozenset[str] = frozenset()
+    _state: str = "decide"  # decide -> text | loose | head -> arguments -> closing -> between ...
 
     def __post_init__(self) -> None:
         self._open = self.fmt.open.text
         self._end = "}" + self.fmt.inner + self.fmt.close.text
+
+    def _begins(self, text: str) -> str | None:
+        """What ``text`` begins: ``open`` (the tag), ``loose`` (a bare or fenced call),
+        ``text``; None while it could still be either."""
+        if len(text) < len(self._open) and self._open.startswith(text):
+            return None
+        if text.startswith(self._open):
+            return "open"
+        if not self.names:
+            return "text"
+        stripped = text.lstrip()
+        if not stripped:
+            return None
+        if stripped.startswith("{") or _FENCE.match(stripped):
+            return "loose"
+        if any(f.startswith(stripped) for f in _FENCE_OPENINGS) or stripped.startswith("```json"):
+            return None
+        return "text"
 
     def feed(self, text: str) -> list[ReplyPiece]:
         pieces: list[ReplyPiece] = []
         self._pending += text
         while self._pending:
             if self._state == "decide":
-                if len(self._pending) < len(self._open) and self._open.startswith(self._pending):
+                begins = self._begins(self._pending)
+                if begins is None:
                     break
-                self._state = "open" if self._pending.startswith(self._open) else "text"
+                self._state = begins
+            elif self._state == "loose":
+                if not self._take_loose(pieces, ended=False):
+                    break
             elif self._state == "text":
                 pieces.append(TextPiece(self._pending))
                 self._pending = ""
@@ -146,24 +181,62 @@ class ToolCallParser(_CallsParser):
                 self._state = "between"
             else:  # between calls: a newline, then the next call's opening tag
                 stripped = self._pending.lstrip("\n")
-                if len(stripped) < len(self._open) and self._open.startswith(stripped):
-                    self._pending = stripped
-                    break
+                begins = self._begins(stripped)
                 self._pending = stripped
-                self._state = "open" if stripped.startswith(self._open) else "text"
+                if begins is None:
+                    break
+                self._state = begins
         return pieces
+
+    def _take_loose(self, pieces: list[ReplyPiece], ended: bool) -> bool:
+        """A bare or fenced call held whole: True once decided (a call, or text after all)."""
+        body = self._pending.lstrip()
+        fence = _FENCE.match(body)
+        inner = body[fence.end() :] if fence else body
+        start = len(inner) - len(inner.lstrip())
+        if not inner[start:].startswith("{"):
+            if not inner[start:] and not ended:
+                return False
+            return self._loose_is_text(pieces)
+        end = _JSONEnd().feed(inner[start:])
+        if end is None:
+            return self._loose_is_text(pieces) if ended else False
+        rest = inner[start + end :]
+        if fence:
+            after = rest.lstrip()
+            if after.startswith("```"):
+                rest = after[3:]
+            elif not ended and "```".startswith(after):
+                return False  # the closing fence may still come
+        call = _loose_call(inner[start : start + end], self.names)
+        if call is None:
+            return self._loose_is_text(pieces)
+        self._start_call(pieces, call[0])
+        self._arguments(pieces, call[1])
+        self.calls[-1].complete = True
+        self._pending, self._state = rest, "between"
+        return True
+
+    def _loose_is_text(self, pieces: list[ReplyPiece]) -> bool:
+        pieces.append(TextPiece(self._pending))
+        self._pending, self._state = "", "text"
+        return True
 
     def finish(self) -> list[ReplyPiece]:
         """What was held back, once the reply has ended (cut short: as it stands)."""
+        if self._state == "loose" and self._pending:
+            pieces: list[ReplyPiece] = []
+            self._take_loose(pieces, ended=True)
+            return pieces + self.finish()
         rest, self._pending = self._pending, ""
         if not rest:
             return []
         if self._state in ("decide", "text"):
             return [TextPiece(rest)]
         if self._state == "arguments":
-            pieces: list[ReplyPiece] = []
-            self._arguments(pieces, rest)
-            return pieces
+            cut: list[ReplyPiece] = []
+            self._arguments(cut, rest)
+            return cut
         return []
 
 
@@ -264,11 +337,34 @@ class _JSONEnd:
 ToolParser = ToolCallParser | MistralCallParser
 
 
-def make_tool_parser(fmt: ToolFormat, id_prefix: str = "call_") -> ToolParser:
-    """The streaming parser of ``fmt``'s calls."""
+def make_tool_parser(
+    fmt: ToolFormat, id_prefix: str = "call_", names: frozenset[str] = frozenset()
+) -> ToolParser:
+    """The streaming parser of ``fmt``'s calls; ``names``: the request's functions (a
+    Hermes model's bare or fenced call is taken only when it names one)."""
     if isinstance(fmt, MistralFormat):
         return MistralCallParser(id_prefix, fmt=fmt)
-    return ToolCallParser(id_prefix, fmt=fmt)
+    return ToolCallParser(id_prefix, fmt=fmt, names=names)
+
+
+def _loose_call(text: str, names: frozenset[str]) -> tuple[str, str] | None:
+    """``(name, arguments JSON)`` of a bare call object naming one of ``names``, else None.
+    Like llama.cpp, ``parameters`` is read where ``arguments`` is absent."""
+    try:
+        value: Any = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or value.get("name") not in names:
+        return None
+    arguments = value.get("arguments", value.get("parameters", {}))
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    return str(value["name"]), json.dumps(arguments, ensure_ascii=False)
 
 
 def _unescape(name: str) -> str:

@@ -1,8 +1,8 @@
 """Turn a GGUF file into an mlx-lm model folder, and say exactly what happened to each tensor.
 
 The folder holds config.json, model.safetensors (MLX affine quantization with float32 scales
-and biases where the GGUF is quantized, the GGUF's float width otherwise) and the tokenizer
-files with the GGUF's chat template. The returned import record lists, per ggml type, how
+and biases where the GGUF is quantized, the GGUF's float width otherwise; written a slice of
+rows at a time, ``writer.py``) and the tokenizer files with the GGUF's chat template. The returned import record lists, per ggml type, how
 many tensors were repacked bit-exactly and which were re-quantized, with the largest error
 against gguf-py's own dequantization.
 """
@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gateway.engines.model_files import float_tensor, from_numpy, in_width, minus, save_weights
 from gateway.modelstore.gguf.architectures import SUPPORTED_ARCHITECTURES, Architecture
 from gateway.modelstore.gguf.quants import (
     FLOAT_TYPES,
     GROUP_SIZE,
+    IMPORTABLE_TYPES,
     Affine,
     mlx_bits,
     repack,
@@ -29,38 +30,58 @@ from gateway.modelstore.gguf.quants import (
 )
 from gateway.modelstore.gguf.reader import GGUFFile, TensorInfo, read_gguf
 from gateway.modelstore.gguf.tokenizer import build_tokenizer, stop_token_ids
+from gateway.modelstore.gguf.writer import Planned, SafetensorsWriter, to_width
 
 ProgressCallback = Callable[[str], None]
 _EXACT_TYPES = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K"})
+# Values converted at a time: a slice of ~16 MB as float32, a few such arrays in flight.
+_SLICE_VALUES = 1 << 22
 
 
-def _dequantize(header: GGUFFile, tensor: TensorInfo) -> np.ndarray:
-    """gguf-py's float32 values of a tensor (the reference every repacking is judged by)."""
-    from gguf import GGMLQuantizationType
-    from gguf.quants import dequantize
-
-    raw = np.asarray(header.raw(tensor))
+def _dequantize_rows(tensor: TensorInfo, raw: np.ndarray) -> np.ndarray:
+    """gguf-py's float32 values of some rows of a tensor (the reference every repacking is
+    judged by); ``raw`` is their bytes, (rows, bytes per row)."""
     kind = tensor.type_name
+    if kind == "F32":
+        return raw.view(np.float32)
+    if kind == "F16":
+        return raw.view(np.float16).astype(np.float32)
     if kind == "BF16":
         return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
     if kind == "F64":
         return raw.view(np.float64).astype(np.float32)
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
     return np.asarray(dequantize(raw, GGMLQuantizationType[kind]), dtype=np.float32)
 
 
-def _float_array(header: GGUFFile, tensor: TensorInfo) -> Any:
-    """A float tensor in its own width (F16 stays float16, BF16 bfloat16)."""
-    raw = np.asarray(header.raw(tensor))
-    return float_tensor(raw, tensor.type_name, lambda: _dequantize(header, tensor))
+def _dequantize(header: GGUFFile, tensor: TensorInfo) -> np.ndarray:
+    """A whole (small) tensor's float32 values."""
+    raw = header.read_rows(tensor, 0, header.rows(tensor))
+    return _dequantize_rows(tensor, raw).reshape(tensor.shape)
 
 
-def _quantized(header: GGUFFile, tensor: TensorInfo) -> Affine:
-    kind = tensor.type_name
+def _quantized(kind: str, raw: np.ndarray, values: Callable[[], np.ndarray]) -> Affine:
+    """Rows of a quantized tensor in MLX affine form; ``values()`` their float32 values."""
     if kind in _EXACT_TYPES:
-        return repack(kind, header.raw(tensor))
+        return repack(kind, raw)
     if kind == "Q6_K":
-        return requantize_8bit_q6_k(header.raw(tensor), _dequantize(header, tensor))
-    return requantize(_dequantize(header, tensor), mlx_bits(kind))
+        return requantize_8bit_q6_k(raw, values())
+    return requantize(values(), mlx_bits(kind))
+
+
+def _float_rows(tensor: TensorInfo, raw: np.ndarray, width: str, offset: float) -> np.ndarray:
+    """Rows of a float tensor in ``width``: F16 in a float16 model and BF16 in a bfloat16 one
+    keep their bits; a norm stored as 1 + w (Gemma) loses the 1 in float32 first."""
+    kind = tensor.type_name
+    if offset:
+        return to_width(_dequantize_rows(tensor, raw) - np.float32(offset), width)
+    if kind == "BF16" and width == "bfloat16":
+        return raw.view(np.uint16)
+    if kind == "F16" and width == "float16":
+        return raw.view(np.float16)
+    return to_width(_dequantize_rows(tensor, raw), width)
 
 
 def _float_width(header: GGUFFile) -> str:
@@ -99,53 +120,99 @@ class _Record:
             entry["max_abs_error"] = worst
 
 
-def _convert_weights(
-    header: GGUFFile, arch: Architecture, progress: ProgressCallback
-) -> tuple[dict[str, Any], dict[str, Any], _Record]:
-    record = _Record()
-    weights: dict[str, Any] = {}
-    per_layer: dict[str, Any] = {}  # module -> its quantization where it differs
-    bit_counts: dict[int, int] = {}
-    float_width = _float_width(header)
-    for index, tensor in enumerate(header.tensors):
+def _plan(
+    header: GGUFFile, arch: Architecture, float_width: str
+) -> list[tuple[TensorInfo, str, list[Planned]]]:
+    """Every output tensor, from the header alone: (GGUF tensor, its mlx-lm name, outputs)."""
+    out: list[tuple[TensorInfo, str, list[Planned]]] = []
+    for tensor in header.tensors:
         name = arch.mlx_name(tensor.name)
         if name is None:
             continue
-        if index % 64 == 0:
-            progress(f"converting tensors {index}/{len(header.tensors)}")
         kind = tensor.type_name
         if kind in FLOAT_TYPES:
-            array = _float_array(header, tensor)
-            if arch.norm_offset and arch.is_norm(tensor.name):
-                array = minus(array, arch.norm_offset)
-            array = in_width(array, float_width)
-            weights[name] = array
-            record.add(tensor.name, kind, "kept", None)
+            out.append((tensor, name, [Planned(name, float_width, tensor.shape)]))
             continue
-        affine = _quantized(header, tensor)
-        stem = name.removesuffix(".weight")
-        weights[name] = from_numpy(affine.weight)
-        weights[f"{stem}.scales"] = from_numpy(affine.scales)
-        weights[f"{stem}.biases"] = from_numpy(affine.biases)
-        bit_counts[affine.bits] = bit_counts.get(affine.bits, 0) + 1
-        per_layer[stem] = {"group_size": GROUP_SIZE, "bits": affine.bits, "mode": "affine"}
-        if affine.exact:
-            record.add(tensor.name, kind, "repacked exactly", affine.bits)
-        else:
-            record.add(
-                tensor.name,
-                kind,
-                "requantized",
-                affine.bits,
-                max_abs_error=affine.max_abs_error,
-                exact_groups=round(affine.exact_groups, 4),
+        if kind not in IMPORTABLE_TYPES:
+            raise ValueError(
+                f"tensor {tensor.name} is {kind}, which is not imported "
+                f"(importable: {', '.join(sorted(IMPORTABLE_TYPES))})"
             )
+        lead, columns = tensor.shape[:-1], tensor.shape[-1]
+        bits, stem = mlx_bits(kind), name.removesuffix(".weight")
+        out.append(
+            (
+                tensor,
+                name,
+                [
+                    Planned(name, "uint32", (*lead, columns * bits // 32)),
+                    Planned(f"{stem}.scales", "float32", (*lead, columns // GROUP_SIZE)),
+                    Planned(f"{stem}.biases", "float32", (*lead, columns // GROUP_SIZE)),
+                ],
+            )
+        )
+    return out
+
+
+def _write_weights(
+    header: GGUFFile, arch: Architecture, path: Path, progress: ProgressCallback
+) -> tuple[dict[str, Any], _Record]:
+    """Convert every tensor into ``path``, a slice of rows at a time (``SafetensorsWriter``):
+    the import's peak memory is a slice's, whatever the model's size."""
+    record = _Record()
+    per_layer: dict[str, Any] = {}  # module -> its quantization where it differs
+    bit_counts: dict[int, int] = {}
+    float_width = _float_width(header)
+    plan = _plan(header, arch, float_width)
+    with SafetensorsWriter(
+        path, [p for _, _, outputs in plan for p in outputs], {"format": "mlx"}
+    ) as writer:
+        for index, (tensor, name, outputs) in enumerate(plan):
+            if index % 64 == 0:
+                progress(f"converting tensors {index}/{len(plan)}")
+            kind = tensor.type_name
+            rows, columns = header.rows(tensor), tensor.shape[-1] if tensor.shape else 1
+            step = max(1, _SLICE_VALUES // max(columns, 1))
+            offset = arch.norm_offset if arch.norm_offset and arch.is_norm(tensor.name) else 0.0
+            exact, exact_groups, worst = True, 0.0, 0.0
+            for start in range(0, rows, step):
+                stop = min(rows, start + step)
+                raw = header.read_rows(tensor, start, stop)
+                if kind in FLOAT_TYPES:
+                    values = _float_rows(tensor, raw, float_width, offset)
+                    writer.write(name, values, start)
+                    continue
+                affine = _quantized(kind, raw, partial(_dequantize_rows, tensor, raw))
+                for planned, part in zip(
+                    outputs, (affine.weight, affine.scales, affine.biases), strict=True
+                ):
+                    writer.write(planned.name, part, start)
+                exact = exact and affine.exact
+                exact_groups += affine.exact_groups * (stop - start)
+                worst = max(worst, affine.max_abs_error)
+            if kind in FLOAT_TYPES:
+                record.add(tensor.name, kind, "kept", None)
+                continue
+            bits, stem = mlx_bits(kind), name.removesuffix(".weight")
+            bit_counts[bits] = bit_counts.get(bits, 0) + 1
+            per_layer[stem] = {"group_size": GROUP_SIZE, "bits": bits, "mode": "affine"}
+            if exact:
+                record.add(tensor.name, kind, "repacked exactly", bits)
+            else:
+                record.add(
+                    tensor.name,
+                    kind,
+                    "requantized",
+                    bits,
+                    max_abs_error=worst,
+                    exact_groups=round(exact_groups / max(rows, 1), 4),
+                )
     quantization: dict[str, Any] = {}
     if bit_counts:
         default = max(bit_counts, key=lambda b: bit_counts[b])
         quantization = {"group_size": GROUP_SIZE, "bits": default, "mode": "affine"}
         quantization.update({k: v for k, v in per_layer.items() if v["bits"] != default})
-    return weights, quantization, record
+    return quantization, record
 
 
 def convert_gguf(
@@ -168,7 +235,8 @@ def convert_gguf(
             f"{Path(gguf_path).name}: GGUF architecture {gguf_arch!r} is not supported "
             f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
         )
-    weights, quantization, record = _convert_weights(header, arch, progress)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    quantization, record = _write_weights(header, arch, out_dir / "model.safetensors", progress)
     names = {t.name for t in header.tensors}
     config = arch.config(meta, names)
     config.setdefault("vocab_size", len(meta["tokenizer.ggml.tokens"]))
@@ -182,9 +250,6 @@ def convert_gguf(
         config["quantization"] = quantization
     if "rope_freqs.weight" in names:
         config["rope_scaling"] = _llama3_rope_scaling(header, config)
-    progress("writing weights")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_weights(out_dir / "model.safetensors", weights)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     progress("building tokenizer")
     build_tokenizer(meta, chat_template).save_pretrained(str(out_dir))

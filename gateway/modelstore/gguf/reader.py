@@ -136,6 +136,29 @@ class GGUFFile:
         )
         return mapped.reshape(*tensor.shape[:-1], row_bytes)
 
+    def rows(self, tensor: TensorInfo) -> int:
+        """The tensor's rows, its leading dimensions flattened (1 for a vector)."""
+        count = 1
+        for dim in tensor.shape[:-1]:
+            count *= dim
+        return count
+
+    def read_rows(self, tensor: TensorInfo, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of the tensor's bytes, read (not mapped: a mapping's pages
+        count in the process's memory until it is closed), shaped (rows, bytes per row)."""
+        row_bytes = _row_bytes(tensor.type_id, tensor.shape[-1])
+        size = (stop - start) * row_bytes
+        data = bytearray(size)
+        with self.path.open("rb", buffering=0) as handle:
+            handle.seek(tensor.offset + start * row_bytes)
+            view = memoryview(data)
+            while view:
+                done = handle.readinto(view)
+                if not done:
+                    raise GGUFFormatError(f"{self.path.name}: file ends inside {tensor.name}")
+                view = view[done:]
+        return np.frombuffer(data, np.uint8).reshape(stop - start, row_bytes)
+
 
 def _row_bytes(type_id: int, columns: int) -> int:
     _name, block, size = GGML_TYPES.get(type_id, ("", 1, 1))

@@ -9,7 +9,15 @@ Two tokenizer models cover the supported families:
   merges: they are derived from the vocabulary (every split of a token into two tokens, ranked
   by the merged token's score, as SentencePiece's BPE picks the best-scoring pair), with byte
   fallback. Gemma's vocabulary stores runs of spaces with real spaces; they are respelled "▁".
+- ``gemma4``: a BPE over raw UTF-8 (not byte-level) with stored merges: spaces become "▁",
+  the text is split only into lines and runs of newlines, unknown bytes fall back to <0xXX>.
+- ``bert`` (WordPiece; llama.cpp writes a word's first piece "▁x" and the rest "x", where
+  Hugging Face writes "x" and "##x"): BERT's normalizer (lower case, accents stripped unless
+  the file says otherwise) and pre-tokenizer, each word greedily longest-first or [UNK].
+- ``t5`` (Unigram; SentencePiece's scores and its precompiled normalization map).
 Control tokens (type 3) are special; user-defined ones (type 4) are added tokens.
+The vocabulary tests of llama.cpp itself (``ops/check_vocab_conformance.py``) give the same ids
+for every file of its own set that has them (issue 31).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 _NORMAL, _CONTROL, _USER_DEFINED, _BYTE = 1, 3, 4, 6
+TOKENIZER_MODELS = ("gpt2", "llama", "gemma4", "bert", "t5")
 
 _CONTRACTIONS = "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
 _LLAMA3 = (
@@ -39,20 +48,45 @@ _GPT4O = (
     + _CONTRACTIONS
     + r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-# tokenizer.ggml.pre -> (split regex or None for GPT-2's own, digits split one by one first,
+_QWEN35 = (
+    _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# llama.cpp's own lists (``src/llama-vocab.cpp``), applied one after the other, each splitting
+# the pieces the one before left (as a Sequence of isolated Splits does).
+_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+_DEEPSEEK_LLM = [
+    "[\r\n]",
+    "\\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943]+",
+    "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+",
+    "\\s+$",
+    _CJK,
+    "\\p{N}+",
+]
+_DEEPSEEK_CODER = ["[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", _CJK, "\\p{N}"]
+_FALCON = [
+    "[\\p{P}\\$\\+<=>\\^~\\|`]+",
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+    "[0-9][0-9][0-9]",
+]
+# tokenizer.ggml.pre -> (split regexes, none for GPT-2's own; digits split one by one first;
 # ignore_merges: a word that is a whole token is taken as is, as llama 3 and tekken do).
-_PRE: dict[str, tuple[str | None, bool, bool]] = {
+_PRE: dict[str, tuple[list[str] | None, bool, bool]] = {
     **dict.fromkeys(
-        ("llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"), (_LLAMA3, False, True)
+        ("llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral"), ([_LLAMA3], False, True)
     ),
-    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "megrez", "stablelm2"), (_QWEN2, False, False)),
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "megrez", "stablelm2"), ([_QWEN2], False, False)),
+    "qwen35": ([_QWEN35], False, False),
+    "deepseek-llm": (_DEEPSEEK_LLM, False, False),
+    "deepseek-coder": (_DEEPSEEK_CODER, False, False),
+    "falcon": (_FALCON, False, False),
     **dict.fromkeys(
         ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"),
         (None, True, False),
     ),
     **dict.fromkeys(("gpt-2", "phi-2", "mpt", "olmo", "jais", "default"), (None, False, False)),
-    "tekken": (_TEKKEN, False, True),
-    **dict.fromkeys(("gpt-4o", "llama4"), (_GPT4O, False, False)),
+    "tekken": ([_TEKKEN], False, True),
+    **dict.fromkeys(("gpt-4o", "llama4"), ([_GPT4O], False, False)),
 }
 
 
@@ -67,8 +101,8 @@ def _byte_level_bpe(meta: dict[str, Any], tokens: list[str]) -> Any:
     pre = str(meta.get("tokenizer.ggml.pre", "default"))
     if pre not in _PRE:
         raise ValueError(f"unsupported GGUF pre-tokenizer {pre!r}: known {', '.join(sorted(_PRE))}")
-    regex, digits, ignore_merges = _PRE[pre]
-    merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
+    regexes, digits, ignore_merges = _PRE[pre]
+    merges = _merges(meta)
     vocab = {token: index for index, token in enumerate(tokens)}
     tokenizer = Tokenizer(
         models.BPE(vocab=vocab, merges=merges, fuse_unk=False, ignore_merges=ignore_merges)
@@ -76,13 +110,89 @@ def _byte_level_bpe(meta: dict[str, Any], tokens: list[str]) -> Any:
     steps: list[Any] = []
     if digits:
         steps.append(pre_tokenizers.Digits(individual_digits=True))
-    if regex is None:
+    if regexes is None:
         steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
     else:
-        steps.append(pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False))
+        steps += [
+            pre_tokenizers.Split(Regex(r), behavior="isolated", invert=False) for r in regexes
+        ]
         steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
     tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def _merges(meta: dict[str, Any]) -> list[tuple[str, str]]:
+    """The stored merges, each split at its first space after the first character (as
+    llama.cpp splits them: a merge's left part may itself begin with a space)."""
+    out = []
+    for merge in meta["tokenizer.ggml.merges"]:
+        cut = merge.find(" ", 1)
+        out.append((merge[:cut], merge[cut + 1 :]) if cut > 0 else (merge, ""))
+    return out
+
+
+def _gemma4_bpe(meta: dict[str, Any], tokens: list[str]) -> Any:
+    """Gemma 4: BPE over raw UTF-8 with stored merges; spaces as "▁", split only into lines
+    and runs of newlines, bytes without a token as <0xXX> (llama.cpp's ``GEMMA4`` case)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    vocab = {token: index for index, token in enumerate(tokens)}
+    tokenizer = Tokenizer(
+        models.BPE(vocab=vocab, merges=_merges(meta), byte_fallback=True, fuse_unk=False)
+    )
+    tokenizer.normalizer = normalizers.Replace(" ", "▁")
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(
+        Regex("[^\n]+|[\n]+"), behavior="isolated", invert=False
+    )
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
+    return tokenizer
+
+
+def _wordpiece(meta: dict[str, Any], tokens: list[str], types: list[int]) -> tuple[Any, list[str]]:
+    """BERT's WordPiece; the vocabulary respelled in Hugging Face's convention."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    spelled = [
+        t if k == _CONTROL else (t[1:] if t.startswith("▁") else f"##{t}")
+        for t, k in zip(tokens, types, strict=True)
+    ]
+    vocab: dict[str, int] = {}
+    for index, token in enumerate(spelled):
+        vocab.setdefault(token, index)
+    unk_id = _scalar(meta, "tokenizer.ggml.unknown_token_id")
+    unk = spelled[unk_id if unk_id is not None else 100]
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token=unk, max_input_chars_per_word=1 << 30))
+    lowercase = bool(meta.get("tokenizer.ggml.normalizer.lowercase", True))
+    strip = bool(meta.get("tokenizer.ggml.normalizer.strip_accents", lowercase))
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=strip, lowercase=lowercase
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    return tokenizer, spelled
+
+
+def _unigram(meta: dict[str, Any], tokens: list[str]) -> Any:
+    """T5's Unigram: SentencePiece's scores, its precompiled normalization, "▁" for spaces."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    scores = [float(s) for s in meta["tokenizer.ggml.scores"]]
+    unk_id = _scalar(meta, "tokenizer.ggml.unknown_token_id")
+    tokenizer = Tokenizer(models.Unigram(list(zip(tokens, scores, strict=True)), unk_id, False))
+    steps: list[Any] = []
+    charsmap = meta.get("tokenizer.ggml.precompiled_charsmap")
+    if charsmap is not None and len(charsmap):
+        steps.append(normalizers.Precompiled(bytes(bytearray(charsmap))))
+    if meta.get("tokenizer.ggml.remove_extra_whitespaces", True):
+        steps.append(normalizers.Replace(Regex(" {2,}"), " "))
+        steps.append(normalizers.Strip(left=True, right=True))
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    prefix = "always" if meta.get("tokenizer.ggml.add_space_prefix", True) else "never"
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace("▁", prepend_scheme=prefix)
+    tokenizer.decoder = decoders.Metaspace("▁", prepend_scheme=prefix)
     return tokenizer
 
 
@@ -130,6 +240,30 @@ def _sentencepiece_bpe(meta: dict[str, Any], tokens: list[str], types: list[int]
     return tokenizer, tokens
 
 
+def _tokenizer_model(
+    model: str, meta: dict[str, Any], tokens: list[str], types: list[int]
+) -> tuple[Any, list[str], bool]:
+    """The ``tokenizers`` model of a GGUF tokenizer type, the tokens as it spells them, and
+    whether the added tokens are matched in the normalized text."""
+    if model == "gpt2":
+        return _byte_level_bpe(meta, tokens), tokens, False
+    if model == "llama":
+        tokenizer, tokens = _sentencepiece_bpe(meta, tokens, types)
+        # Matched in the normalized text (Gemma: spaces already "▁"); with a dummy prefix
+        # they are split out first, or the prefix would be put inside them.
+        return tokenizer, tokens, not bool(meta.get("tokenizer.ggml.add_space_prefix", True))
+    if model == "gemma4":
+        return _gemma4_bpe(meta, tokens), tokens, False
+    if model == "bert":
+        tokenizer, tokens = _wordpiece(meta, tokens, types)
+        return tokenizer, tokens, False
+    if model == "t5":
+        return _unigram(meta, tokens), tokens, False
+    raise ValueError(
+        f"unsupported GGUF tokenizer model {model!r} ({', '.join(TOKENIZER_MODELS)} are)"
+    )
+
+
 def build_tokenizer(meta: dict[str, Any], chat_template: str | None = None) -> Any:
     """A ``PreTrainedTokenizerFast`` for the GGUF metadata ``meta`` (string arrays decoded).
 
@@ -142,16 +276,7 @@ def build_tokenizer(meta: dict[str, Any], chat_template: str | None = None) -> A
     tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
     raw_types = meta.get("tokenizer.ggml.token_type")
     types = [int(t) for t in raw_types] if raw_types is not None else [_NORMAL] * len(tokens)
-    if model == "gpt2":
-        tokenizer = _byte_level_bpe(meta, tokens)
-        normalized = False
-    elif model == "llama":
-        tokenizer, tokens = _sentencepiece_bpe(meta, tokens, types)
-        # Matched in the normalized text (Gemma: spaces already "▁"); with a dummy prefix
-        # they are split out first, or the prefix would be put inside them.
-        normalized = not bool(meta.get("tokenizer.ggml.add_space_prefix", True))
-    else:
-        raise ValueError(f"unsupported GGUF tokenizer model {model!r} (gpt2 and llama are)")
+    tokenizer, tokens, normalized = _tokenizer_model(model, meta, tokens, types)
     tokenizer.add_special_tokens(
         [
             AddedToken(t, special=True, normalized=False)
@@ -172,8 +297,9 @@ def build_tokenizer(meta: dict[str, Any], chat_template: str | None = None) -> A
         return tokens[index] if index is not None and 0 <= index < len(tokens) else None
 
     bos = token("tokenizer.ggml.bos_token_id")
-    # SentencePiece models add <bos> unless told otherwise; byte-level ones do not.
-    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", model == "llama"))
+    # SentencePiece models add <bos> unless told otherwise; byte-level ones do not; llama.cpp
+    # always adds it for Gemma 4.
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", model == "llama")) or model == "gemma4"
     if add_bos and bos is not None:
         bos_id = tokens.index(bos)
         tokenizer.post_processor = processors.TemplateProcessing(

@@ -152,3 +152,65 @@ def test_a_scalar_argument_value_ends_before_the_calls_brace() -> None:
     (call,) = parser.calls
     assert (call.arguments, call.complete) == ('"hello }</tool_call> world"', True)
     assert not [p for p in pieces if isinstance(p, TextPiece)]
+
+
+# What the real Qwen2.5-Coder 0.5B wrote, unconstrained, asked for Paris's weather (issue 31).
+FENCED = '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris",\n    "unit": "celsius"\n  }\n}\n```'
+BARE = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+NAMES = frozenset({"get_weather"})
+
+
+def feed_loose(text: str, size: int, names: frozenset[str] = NAMES) -> list[object]:
+    parser = ToolCallParser(names=names)
+    pieces: list[object] = []
+    for start in range(0, len(text), size):
+        pieces.extend(parser.feed(text[start : start + size]))
+    return pieces + parser.finish()
+
+
+def calls_and_text(pieces: list[object]) -> tuple[list[tuple[str, object]], str]:
+    names = [p.name for p in pieces if isinstance(p, CallStart)]
+    arguments: dict[int, str] = {}
+    for p in pieces:
+        if isinstance(p, CallArguments):
+            arguments[p.index] = arguments.get(p.index, "") + p.fragment
+    calls = [(name, json.loads(arguments[i])) for i, name in enumerate(names)]
+    return calls, "".join(p.text for p in pieces if isinstance(p, TextPiece))
+
+
+def test_a_fenced_or_bare_call_of_a_known_function_is_a_call_whatever_the_split() -> None:
+    for text, expected in [
+        (FENCED, {"city": "Paris", "unit": "celsius"}),
+        (BARE, {"city": "Paris"}),
+        ("\n" + BARE + "\n", {"city": "Paris"}),
+        ('```\n{"name": "get_weather", "parameters": {"city": "Paris"}}\n```', {"city": "Paris"}),
+    ]:
+        for size in (1, 2, 5, 1000):
+            calls, rest = calls_and_text(feed_loose(text, size))
+            assert calls == [("get_weather", expected)] and rest.strip() == "", (text, size)
+
+
+def test_two_fenced_calls_and_text_after_them() -> None:
+    text = FENCED + "\n" + BARE + "\nThat should do it."
+    calls, rest = calls_and_text(feed_loose(text, 3))
+    assert [c[0] for c in calls] == ["get_weather", "get_weather"]
+    assert rest.strip() == "That should do it."
+
+
+def test_json_that_is_no_call_stays_text() -> None:
+    for text in [
+        '{"name": "someone_else", "arguments": {}}',  # not one of the request's functions
+        '{"city": "Paris"}',
+        "```json\n[1, 2, 3]\n```",
+        "```python\nprint(1)\n```",
+        '```json\n{"name": "get_weather", "arguments": {"city": "Par',  # cut by max_tokens
+        "{ not json at all",
+    ]:
+        for size in (1, 4, 1000):
+            calls, rest = calls_and_text(feed_loose(text, size))
+            assert calls == [] and rest == text, (text, size)
+
+
+def test_without_the_requests_functions_a_bare_call_is_text() -> None:
+    calls, rest = calls_and_text(feed_loose(BARE, 3, names=frozenset()))
+    assert calls == [] and rest == BARE
