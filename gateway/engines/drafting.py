@@ -4,7 +4,8 @@ A drafter guesses the tokens that come next (``PromptLookup``: from the text its
 ``DraftModel``: a small model with the same tokenizer); the decode loop verifies a guess in
 one pass of the model (``gateway.engines.mlx_decode``). A pass over k+1 tokens reads the
 weights once, as a step over one does, but it computes k+1 positions: on a GPU nearly free,
-on a CPU not (SmolLM2 float32 here, 2 cores: a pass of 8 tokens costs several steps' time).
+on a CPU not quite (a pass over a few tokens costs more than one step, though far less than a
+step per token: OpenBLAS multiplies them as one matrix).
 So ``DraftPolicy`` measures what each verification saved against plain steps at the
 runner's measured pace, and stops drafting while it does not pay: free chat, whose guesses
 are mostly wrong, then decodes as it would without drafting.

@@ -37,6 +37,7 @@ from typing import Any
 
 import mlx.core as mx
 from mlx_lm.generate import generation_stream
+from mlx_lm.models.cache import KVCache as PlainKVCache
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 from mlx_lm.sample_utils import greedy_sampler
 
@@ -103,6 +104,9 @@ class DecodeLoop:
         self.drafter: Drafter | None = drafting[0] if drafting is not None else None
         self.policy: DraftPolicy | None = drafting[1] if drafting is not None else None
         self._seen: mx.array | None = None  # the completion fed so far, as processors see it
+        # Plain KV caches can always be trimmed: asked once, not at every step (a rotating
+        # cache can be only until it wraps: asked at each step).
+        self._always_trimmable = all(type(c) is PlainKVCache for c in cache)
         self._steps = 0
 
     @property
@@ -182,7 +186,7 @@ class DecodeLoop:
             policy is not None
             and policy.drafting
             and self.timing.seconds_per_step is not None
-            and can_trim_prompt_cache(self.cache)
+            and (self._always_trimmable or can_trim_prompt_cache(self.cache))
         )
 
     def _length(self) -> int:

@@ -1,20 +1,9 @@
-"""Model references (``[tiers.NAME] model = ...``) and where each one is on this machine.
+"""Where each model reference (``[tiers.NAME] model = ...``) is on this machine.
 
-A reference is parsed once, at configuration load (:func:`parse_model_ref`: syntax only), then
-found on disk without network (:func:`locate`: at start and by ``gateway models list``), then
-made loadable (:func:`resolve`: a GGUF is imported into the store, once). The forms::
-
-    smollm2-135m-instruct             a known id (the embedded models of ``store.py``)
-    /abs/folder  ~/f  ./f  ../f  a/b  an mlx-lm folder, loaded in place (never copied)
-    model.gguf (any path ending so)   a GGUF file, imported into the store
-    hf:org/name[@revision][:file]     the local Hugging Face cache; ``file`` picks a GGUF
-    ollama:name[:tag]                 Ollama's store (tag ``latest`` by default)
-    lmstudio:publisher/model[:file]   LM Studio's folder (MLX in place, or a GGUF imported)
-
-A relative path is relative to the configuration file's folder when it comes from that file
-(``config.load_settings`` makes it absolute), else to the current directory; a path is then
-resolved (``..``, symlinks), so each file or folder has one store key. ``file`` is a
-GGUF file name, its stem, or a piece of it such as a quant type (``Q4_K_M``).
+A reference is parsed once, at configuration load (``gateway.modelref``: its forms and
+syntax, with the standard library alone), then found on disk without network (:func:`locate`:
+at start and by ``gateway models list``), then made loadable (:func:`resolve`: a GGUF is
+imported into the store, once).
 """
 
 from __future__ import annotations

@@ -64,11 +64,12 @@ def exact_distribution(model: llama.Model, temperature: float) -> dict[tuple[int
     return joint
 
 
-def sample(model: llama.Model, seed: int, draft: llama.Model | None) -> tuple[int, ...]:
+def loop_for(model: llama.Model, seed: int, draft: llama.Model | None) -> DecodeLoop:
+    """A decode loop of ``model`` at temperature 1 with ``seed``, drafted by ``draft``."""
     timing = PassTiming("cpu", 64)
     timing.seconds_per_step = 1.0  # drafting always pays, as far as the policy can tell
     drafting = (DraftModel(draft), DraftPolicy(4)) if draft is not None else None
-    loop = DecodeLoop(
+    return DecodeLoop(
         model,
         make_prompt_cache(model),
         timing,
@@ -78,6 +79,10 @@ def sample(model: llama.Model, seed: int, draft: llama.Model | None) -> tuple[in
         list(PROMPT),
         drafting,
     )
+
+
+def sample(model: llama.Model, seed: int, draft: llama.Model | None) -> tuple[int, ...]:
+    loop = loop_for(model, seed, draft)
     steps = loop.tokens(list(PROMPT), LENGTH)
     tokens = tuple(step[0] for step in steps if isinstance(step, tuple))
     if draft is not None:
@@ -140,18 +145,7 @@ def test_the_draft_is_sometimes_right_and_sometimes_wrong(
     model, draft = models
     accepted = drafted = 0
     for seed in range(200):
-        timing = PassTiming("cpu", 64)
-        timing.seconds_per_step = 1.0
-        loop = DecodeLoop(
-            model,
-            make_prompt_cache(model),
-            timing,
-            make_job_sampler(SamplingParams(temperature=1.0, seed=seed)),
-            lambda fed: [],
-            [],
-            list(PROMPT),
-            (DraftModel(draft), DraftPolicy(4)),
-        )
+        loop = loop_for(model, seed, draft)
         for _ in loop.tokens(list(PROMPT), LENGTH):
             pass
         assert loop.drafted is not None
