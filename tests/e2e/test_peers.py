@@ -104,6 +104,9 @@ class Busy:
         self.thread = threading.Thread(target=run, daemon=True)
 
     def __enter__(self) -> Busy:
+        # A job that just sent its last chunk may hold the slot a moment longer; a Busy
+        # started then would be handed to a peer.
+        wait_until(lambda: self.node.scheduler()["slot"] is None)
         self.thread.start()
         assert self.streaming.wait(60), "the busy stream never started"
         assert self.peer is None, f"the busy stream went to {self.peer}"
