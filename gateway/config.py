@@ -287,6 +287,15 @@ class TierSettings(_Section):
         "them in one pass; it stops drafting while that does not pay. 'off': one token a "
         "step. With draft_model, the draft model drafts instead.",
     )
+    max_sequences: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="mlx: how many generations of this tier decode together in the one "
+        "inference slot (one pass per step for all: decode reads every weight once whatever "
+        "the batch). Fewer when the memory left for their KV caches, at the model's full "
+        "context, cannot hold that many (/health says which). 1: one at a time.",
+    )
     draft_model: str | None = Field(
         None,
         description="mlx: a smaller model (any reference 'model' accepts) that drafts tokens "

@@ -67,6 +67,13 @@ class SchedulerMetrics(_Concern):
         self.slot_busy_seconds = Counter(
             "gateway_slot_busy_seconds", "Seconds the inference slot was held.", registry=r
         )
+        # vllm:num_requests_running: the jobs in the slot, decoding together (issue 33).
+        self.slot_batch_jobs = Gauge(
+            "gateway_slot_batch_jobs",
+            "Jobs running in the inference slot together (their sequences decode in one "
+            "pass per step).",
+            registry=r,
+        )
         # vllm:num_preemptions_total
         self.preemptions = Counter(
             "gateway_preemptions",
@@ -109,6 +116,9 @@ class SchedulerMetrics(_Concern):
     def slot_freed(self, held_seconds: float) -> None:
         self.slot_busy_seconds.inc(held_seconds)
         self.slot_busy.set(0)
+
+    def batch_changed(self, jobs: int) -> None:
+        self.slot_batch_jobs.set(jobs)
 
     def job_preempted(self, lane: str, inside_pass: bool) -> None:
         self.preemptions.labels(lane, "inside_pass" if inside_pass else "between_passes").inc()

@@ -100,6 +100,10 @@ class GenerationSteps:
     def release_memory(self) -> bool:
         return self._generation is not None and self._generation.release_cache()
 
+    def set_aside(self) -> None:
+        if self._generation is not None:
+            self._generation.set_aside()
+
     def _run(
         self,
         start: Callable[[], Generation],
@@ -269,6 +273,9 @@ class LocalBackend:
                     priority=request.priority,
                     work=lambda: self._work(runner, request),
                     kind=JobKind.SPECULATION if request.speculative else JobKind.CHAT,
+                    # Generations of this runner may decode together (issue 33).
+                    batch_key=f"{self.tier}/{id(runner)}",
+                    batch_size=runner.max_sequences,
                 )
             )
             self._jobs[request.id] = job
@@ -455,6 +462,7 @@ class LocalBackend:
             memory_bytes=resident.loaded_bytes,
             weights=_weights_health(resident),
             speculation=resident.speculation,
+            batch=resident.runner.batch_limit if resident.runner is not None else None,
         )
 
     async def close(self) -> None:

@@ -27,11 +27,15 @@ What differs, and why:
    grammar, a penalty or a reasoning budget sees exactly the tokens kept. A token is kept
    only where the model's own sample equals the guess, so the output is the model's (with
    a seed, the same tokens as without drafting: draw k is the k-th token's either way).
+5. Batched decode (``gateway.engines.batch_decode``): while other sequences of the same
+   model decode too, the loop takes its tokens from the batch's steps (one pass for all,
+   each row drawn by its own loop's ``draw``), neither drafting nor queueing ahead.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
@@ -41,6 +45,7 @@ from mlx_lm.models.cache import KVCache as PlainKVCache
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 from mlx_lm.sample_utils import greedy_sampler
 
+from gateway.engines.batch_decode import BatchDecoder, Drawn
 from gateway.engines.drafting import Drafter, DraftPolicy
 from gateway.engines.pass_timing import PassTiming
 from gateway.engines.runner import KVCache
@@ -88,6 +93,7 @@ class DecodeLoop:
         last: Sequence[Processor],
         history: list[int],
         drafting: tuple[Drafter, DraftPolicy] | None = None,
+        batch: BatchDecoder | None = None,
     ) -> None:
         self.model = model
         self.cache = cache
@@ -108,6 +114,10 @@ class DecodeLoop:
         # cache can be only until it wraps: asked at each step).
         self._always_trimmable = all(type(c) is PlainKVCache for c in cache)
         self._steps = 0
+        # The batch of this model's decoding sequences, and the tokens its steps drew for
+        # this one that it has not yielded yet (``gateway.engines.batch_decode``).
+        self.batch = batch
+        self.ready: deque[Drawn] = deque()
 
     @property
     def drafted(self) -> Drafted | None:
@@ -130,7 +140,24 @@ class DecodeLoop:
         self.history.append(first)
         yield first, logprobs[0]
         if max_tokens > 1:
-            yield from self._decode(first, max_tokens - 1)
+            try:
+                yield from self._decode(first, max_tokens - 1)
+            finally:
+                self.set_aside()
+
+    def set_aside(self) -> None:
+        """Stop decoding in the batch (the job ended or is paused): the rows go back into
+        this loop's own cache. It joins again at its next step."""
+        if self.batch is not None:
+            self.batch.leave(self)
+
+    def _batched(self, queued: object) -> bool:
+        """Whether the next token comes from the batch: no step of its own in flight, and
+        another sequence decodes beside it (or the batch drew tokens for it already)."""
+        batch = self.batch
+        if batch is None or queued is not None:
+            return False
+        return batch.enter(self) and batch.crowded(self)
 
     def _decode(self, pending: int, count: int) -> Generator[DecodeStep, None, None]:
         """``count`` tokens after ``pending`` (sampled, not yet fed): a verified draft where
@@ -145,6 +172,14 @@ class DecodeLoop:
         # time it spent suspended at a yield (a pause, the scheduler's hand-over).
         read_at, suspended = time.perf_counter(), 0.0
         while count > 0:
+            if self._batched(queued):
+                assert self.batch is not None
+                token, logprobs = self.batch.next(self, pending)
+                self.history.append(token)
+                yield token, logprobs
+                read_at, suspended = time.perf_counter(), 0.0
+                pending, count = token, count - 1
+                continue
             looked_up = False
             if queued is None and self._may_draft():
                 assert self.drafter is not None
@@ -163,7 +198,7 @@ class DecodeLoop:
                 queued, paused = yield from self._queued(mx.array([pending]))
                 suspended += paused
             ahead = None
-            if timing.decode_ahead() and not self._may_draft():
+            if timing.decode_ahead() and not self._may_draft() and not self._others_decode():
                 ahead = self._step(queued[0])
                 mx.async_eval(*ahead)
             token = int(queued[0].item())  # type: ignore[arg-type]
@@ -178,6 +213,11 @@ class DecodeLoop:
                 mx.clear_cache()
             pending, queued = token, ahead
 
+    def _others_decode(self) -> bool:
+        """Whether other sequences decode beside this one (its next token will come from
+        the batch: no step of its own is queued ahead)."""
+        return self.batch is not None and self.batch.crowded(self)
+
     def _may_draft(self) -> bool:
         """Whether the next token may come from a draft: a drafter that is not resting, a
         step's pace known to weigh a draft against, and a cache that can be trimmed."""
@@ -185,6 +225,7 @@ class DecodeLoop:
         return (
             policy is not None
             and policy.drafting
+            and not self._others_decode()
             and self.timing.seconds_per_step is not None
             and (self._always_trimmable or can_trim_prompt_cache(self.cache))
         )
@@ -196,9 +237,14 @@ class DecodeLoop:
     def _step(self, token: mx.array) -> tuple[mx.array, mx.array]:
         with mx.stream(generation_stream):
             logits = self.model(token[None], cache=self.cache)[:, -1, :]
-            logits = self._processed(token, logits)
-            logprobs = logits - mx.logsumexp(logits, keepdims=True)
-            return self.sampler(logprobs), logprobs.squeeze(0)
+            return self.draw(token, logits)
+
+    def draw(self, token: mx.array, logits: mx.array) -> tuple[mx.array, mx.array]:
+        """The next token after ``token`` from this sequence's ``logits`` row (its
+        processors, then its sampler), lazily, with the log-probabilities it came from."""
+        logits = self._processed(token, logits)
+        logprobs = logits - mx.logsumexp(logits, keepdims=True)
+        return self.sampler(logprobs), logprobs.squeeze(0)
 
     def _processed(self, token: mx.array, logits: mx.array) -> mx.array:
         if self.processors:

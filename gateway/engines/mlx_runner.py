@@ -16,6 +16,7 @@ from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.engines.batch_decode import BatchDecoder, batch_capacity
 from gateway.engines.constrained import GrammarConstraint, make_llg_tokenizer
 from gateway.engines.device import ComputePath
 from gateway.engines.draft_model import DraftModel
@@ -110,6 +111,12 @@ class MLXGeneration:
 
     def close(self) -> None:
         self._events.close()
+
+    def set_aside(self) -> None:
+        """The job is paused: leave the batch of decoding sequences (it joins again when
+        it resumes), so that the others decode on without it."""
+        if self._loop is not None:
+            self._loop.set_aside()
 
     def release_cache(self) -> bool:
         """Free the KV cache of a paused generation; it is recomputed when it resumes.
@@ -254,6 +261,8 @@ class MLXRunner:
         pacing: Pacing | None = None,
         speculation: str = "lookup",
         draft_folder: Path | None = None,
+        max_batch: int = 1,
+        cache_budget_bytes: int | None = None,
     ) -> None:
         import mlx.core as mx
 
@@ -296,6 +305,11 @@ class MLXRunner:
         )
         self._speller: TokenSpeller | None = None  # built on the first request for logprobs
         self._warm_up()
+        # Sequences decoding together (``gateway.engines.batch_decode``), as many as the
+        # setting and the memory left for their KV caches allow.
+        self.batch = BatchDecoder(self.model, batch_capacity(self, max_batch, cache_budget_bytes))
+        self.max_sequences = self.batch.capacity
+        self.batch_limit = self.batch.limit.as_dict()
         self.timing.pacing = pacing
         mx.reset_peak_memory()  # report the serving peak, not the load-time conversion
         log.info("model %s ready on %s", model_id, compute.as_dict())
@@ -529,6 +543,7 @@ class MLXRunner:
             last,
             list(prompt),
             self._drafting(prompt, params),
+            self.batch,
         )
 
     def _drafting(

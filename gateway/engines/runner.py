@@ -48,6 +48,10 @@ class Generation(Protocol):
         """While paused: free the KV cache, to be recomputed on resume (False: cannot)."""
         ...
 
+    def set_aside(self) -> None:
+        """The job is paused: stop decoding beside others (it resumes where it was)."""
+        ...
+
 
 class ModelRunner(Protocol):
     """A loaded model."""
@@ -62,6 +66,10 @@ class ModelRunner(Protocol):
     # No token stands for more characters than this: a text longer than context_length times
     # this cannot fit, which is known without tokenizing it.
     max_token_chars: int
+    # How many of its generations may decode together (1: one at a time), and why so many
+    # (``/health``: {"max_sequences", "limited_by", ...}).
+    max_sequences: int
+    batch_limit: dict[str, Any]
 
     def render_chat(
         self,

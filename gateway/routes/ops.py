@@ -48,6 +48,7 @@ class OpsController(Controller):
                     "memory_bytes": state.memory_bytes,
                     **({"weights": state.weights} if state.weights else {}),
                     **({"speculation": state.speculation} if state.speculation else {}),
+                    **({"batch": state.batch} if state.batch else {}),
                     **({"cluster": state.cluster} if state.cluster else {}),
                     **({"detail": state.detail} if state.detail else {}),
                 }

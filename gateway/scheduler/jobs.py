@@ -83,6 +83,11 @@ class JobSpec:
     work: Callable[[], Iterator[Any]]
     kind: JobKind = JobKind.CHAT
     preemptible: bool = True
+    # Jobs with the same key may run in the slot together, up to ``batch_size`` of them
+    # (their sequences decode in one pass each step: ``gateway.engines.batch_decode``);
+    # None: the job runs alone.
+    batch_key: str | None = None
+    batch_size: int = 1
     id: str = field(default_factory=lambda: f"job-{next(_ids)}")
 
 
@@ -143,6 +148,13 @@ class Job:
     def release_memory(self) -> bool:
         """Ask its steps to free their memory (on the inference thread)."""
         return isinstance(self.steps, HoldsMemory) and self.steps.release_memory()
+
+    def set_aside(self) -> None:
+        """Tell its steps that it is paused (on the inference thread): a sequence decoding
+        in a batch leaves it, so that the others go on without it."""
+        set_aside = getattr(self.steps, "set_aside", None)
+        if set_aside is not None:
+            set_aside()
 
     def deliver(self, event: Any) -> None:
         self.outbox.put_nowait(event)

@@ -31,6 +31,10 @@ class SchedulerObserver(Protocol):
         """The slot was left after one slice of work that held it this long."""
         ...
 
+    def batch_changed(self, jobs: int) -> None:
+        """The slot now runs this many jobs together (0: it is free)."""
+        ...
+
     def job_preempted(self, lane: str, inside_pass: bool) -> None:
         """A job was paused for a user job: inside a pass (``PASS_POINT``) or between two."""
         ...

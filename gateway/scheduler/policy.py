@@ -82,6 +82,25 @@ def pick(
     return chosen
 
 
+def may_join(batch: Sequence[Job], job: Job) -> bool:
+    """Whether ``job`` may join the jobs running in the slot now: the same ``batch_key``
+    (generations of one model), room for it within its ``batch_size``, and the same class
+    side (user jobs with user jobs, the rest with the rest: a background sequence would
+    slow the user's decode, and a waiting user pauses background work anyway). A job being
+    stopped leaves soon: nothing joins it."""
+    key = job.spec.batch_key
+    if key is None or job.hint or job.kind is not JobKind.CHAT or not batch:
+        return False
+    user = job.priority is Priority.USER
+    return len(batch) < job.spec.batch_size and all(
+        running.spec.batch_key == key
+        and (running.priority is Priority.USER) == user
+        and not running.hint
+        and not (running.preempt_requested or running.cancel_requested)
+        for running in batch
+    )
+
+
 def waiting(queue: Iterable[Job]) -> bool:
     """Whether a job in ``queue`` still waits (a withdrawn one is on its way out)."""
     return any(not job.cancel_requested for job in queue)

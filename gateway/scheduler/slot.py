@@ -11,10 +11,19 @@ Typing-hint prefills wait in a lane of their own (``submit_hint``): bounded, the
 session kept, after every waiting user job and before task work, and paused by a user job like
 any background work (a flood of hints once filled the user queue: a chat got a 429).
 
-Engine work runs on one dedicated thread, so two jobs can never compute at once, and MLX's
-thread-local generation stream stays on one thread. A running job returns control at every
-step (token) boundary, where it can be cancelled or preempted; a preempted job keeps its
-suspended iterator (and with it its KV cache and sampler state) and resumes where it left.
+Engine work runs on one dedicated thread, so two computations can never run at once, and
+MLX's thread-local generation stream stays on one thread. A running job returns control at
+every step (token) boundary, where it can be cancelled or preempted; a preempted job keeps
+its suspended iterator (and with it its KV cache and sampler state) and resumes where it left.
+
+The slot holds a batch: jobs with the same ``batch_key`` (generations of one local model)
+may run in it together, up to ``batch_size``, their sequences decoding in one pass per step
+(``gateway.engines.batch_decode``; issue 33). Still one inference: the inference thread
+advances the batch's jobs in turn, a step each (``gateway.scheduler.job_slice``). A job
+joins at a step boundary when the policy would pick it now (``policy.may_join``): user jobs
+batch with user jobs, the rest with the rest; a waiting user job still pauses every
+background job of the batch, which then leaves it, so the user's first token and decode are
+its own (the batch resumes after it, or beside its own batch if the class allows).
 """
 
 from __future__ import annotations
@@ -33,28 +42,27 @@ from typing import Any
 from gateway.errors import QueueFullError, ServiceUnavailableError
 from gateway.scheduler import pacing, policy
 from gateway.scheduler.gates import GATE_NAMES, Gates, TypingGates
-from gateway.scheduler.handoff import EventHandoff
+from gateway.scheduler.job_slice import (
+    HINT_LANE,
+    JobSlice,
+    SliceEnd,
+    close_steps,
+    lane,
+    runs_user_job,
+)
 from gateway.scheduler.jobs import Job, JobHandle, JobSpec, JobState
 from gateway.scheduler.observer import SchedulerObserver
-from gateway.scheduler.pacing import PASS_POINT, ChunkBudget
+from gateway.scheduler.pacing import ChunkBudget
 from gateway.scheduler.policy import OnWaiting, SchedulerConfig
 from gateway.scheduler.state import SchedulerView, SlotState
-from gateway.seam.backend import Priority, TokenEvent
+from gateway.seam.backend import Priority
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 
 __all__ = ["Scheduler", "SchedulerConfig"]
-HINT_LANE = "hint"  # the hint queue's label (metrics, snapshot)
 _DEAD = "the inference slot's dispatcher has stopped; restart the gateway"
-
-
-class _SliceEnd:
-    DONE = "done"
-    CANCELLED = "cancelled"
-    PREEMPTED = "preempted"
-    FAILED = "failed"
 
 
 class Scheduler:
@@ -70,7 +78,13 @@ class Scheduler:
         self.typing = TypingGates(self.gates, clock, self._changed)
         self.queues: dict[Priority, deque[Job]] = {p: deque() for p in Priority}
         self.hint_queue: deque[Job] = deque()
-        self.running: Job | None = None
+        # The jobs in the slot now, the first to take it first (the loop's own list); the
+        # inference thread takes those handed to it from ``_joining``, under ``_batch_lock``,
+        # while ``_batch_open`` (False once it found the batch empty and left).
+        self.batch: list[Job] = []
+        self._joining: deque[Job] = deque()
+        self._batch_lock = threading.Lock()
+        self._batch_open = False
         self.completed = 0
         self.max_occupancy_seen = 0
         self._occupancy = 0
@@ -202,8 +216,13 @@ class Scheduler:
         return self.hint_queue if job.hint else self.queues[job.priority]
 
     @property
+    def running(self) -> Job | None:
+        """The job that took the slot first among those in it now (None: it is free)."""
+        return self.batch[0] if self.batch else None
+
+    @property
     def idle(self) -> bool:
-        return self.running is None and not any(self._all_queues())
+        return not self.batch and not any(self._all_queues())
 
     def view(self) -> SchedulerView:
         """Whether the dispatcher runs and how busy the slot is (peers, ``/health``)."""
@@ -231,6 +250,7 @@ class Scheduler:
         return {
             "object": "scheduler",
             "slot": describe(self.running) if self.running else None,
+            "batch": [describe(job) for job in self.batch],
             "queues": {
                 **{p.label: [describe(j) for j in q] for p, q in self.queues.items()},
                 HINT_LANE: [describe(j) for j in self.hint_queue],
@@ -246,25 +266,41 @@ class Scheduler:
     def _changed(self) -> None:
         self._wakeup.set()
         self._maybe_preempt()
+        self._maybe_join()
         self._publish()
 
     def _maybe_preempt(self) -> None:
-        running = self.running
-        decision = policy.on_waiting(running, self._all_queues(), self.queues[Priority.USER])
-        if running is None or decision is OnWaiting.KEEP:
-            return
-        if decision is OnWaiting.CANCEL:
-            self._withdraw(running)  # speculative work gives way to anything, not resumed
-        else:
-            running.may_pause_inside_pass = policy.room_to_keep_memory(
-                self._all_queues(), self.config.max_paused_with_memory
+        for running in list(self.batch):
+            decision = policy.on_waiting(running, self._all_queues(), self.queues[Priority.USER])
+            if decision is OnWaiting.CANCEL:
+                self._withdraw(running)  # speculative work gives way to anything, not resumed
+            elif decision is OnWaiting.PAUSE and not running.preempt_requested:
+                running.may_pause_inside_pass = policy.room_to_keep_memory(
+                    self._all_queues(), self.config.max_paused_with_memory
+                )
+                running.preempt_requested = True
+
+    def _maybe_join(self) -> None:
+        """Hand the inference thread each waiting job that may join the batch now: the one
+        the policy would pick next, while it fits (``policy.may_join``)."""
+        while self.batch and self._batch_open:
+            job = policy.pick(
+                self._all_queues(), self.gates, self.clock(), self.config.ageing_after
             )
-            running.preempt_requested = True
+            if job is None or not policy.may_join(self.batch, job):
+                return
+            with self._batch_lock:
+                if not self._batch_open:
+                    return  # the inference thread found the batch empty and left
+                self._queue_of(job).remove(job)
+                self._enter(job)
+                self._joining.append(job)
+            log.debug("job %s (%s) joins a batch of %d", job.id, lane(job), len(self.batch))
 
     def _expire_waiting(self, now: float) -> None:
         for job in policy.expired(self._all_queues(), now, self.config.max_queue_wait):
             self._queue_of(job).remove(job)
-            self.observer.job_rejected(_label(job), "queue_timeout")
+            self.observer.job_rejected(lane(job), "queue_timeout")
             self._finish(
                 job,
                 JobState.FAILED,
@@ -302,9 +338,10 @@ class Scheduler:
         now on ``alive`` is False and a submit is refused."""
         log.critical("the scheduler's dispatcher died; no job will run again", exc_info=exc)
         error = ServiceUnavailableError(_DEAD)
-        self.running = None
-        if job is not None and not job.finished:
-            self._finish(job, JobState.FAILED, error)
+        for member in {*self.batch, *([job] if job is not None else [])}:
+            if not member.finished:
+                self._finish(member, JobState.FAILED, error)
+        self.batch.clear()
         for queue in self._all_queues():
             while queue:
                 self._finish(queue.popleft(), JobState.FAILED, error)
@@ -315,7 +352,26 @@ class Scheduler:
             raise ServiceUnavailableError(_DEAD)
 
     async def _run(self, job: Job) -> None:
-        assert self.running is None, "two jobs in the slot"
+        """Run a batch in the slot, from ``job`` until the last job in it left; others join
+        meanwhile (``_maybe_join``)."""
+        assert not self.batch, "two batches in the slot"
+        loop = asyncio.get_running_loop()
+        self._batch_open = True
+        self._enter(job)
+        self._joining.append(job)
+        self.observer.slot_taken()
+        self._maybe_preempt()  # a user job may have queued while this one waited
+        self._maybe_join()
+        self._publish()
+        started = time.perf_counter()
+        try:
+            await loop.run_in_executor(self._thread, self._run_batch, loop)
+        finally:
+            self.observer.slot_freed(time.perf_counter() - started)
+            self._publish()
+
+    def _enter(self, job: Job) -> None:
+        """``job`` takes its place in the slot (on the loop)."""
         now = self.clock()
         if job.started_at is None:
             job.started_at = now
@@ -323,107 +379,80 @@ class Scheduler:
             log.debug(
                 "job %s (%s) starts after %.1f ms",
                 job.id,
-                _label(job),
+                lane(job),
                 1e3 * (now - job.submitted_at),
             )
         job.state = JobState.RUNNING
-        self.running = job
+        self.batch.append(job)
+        self.observer.batch_changed(len(self.batch))
         # A typing hint's prefill is no step of a user's pipeline: it arms no pipeline lock
         # (a hinted background task would otherwise wait out the grace after its own hint).
-        if _runs_user_job(job):
+        if runs_user_job(job):
             self.gates.user_running = True
-        self.observer.slot_taken()
-        self._maybe_preempt()  # a user job may have queued while this one waited
-        self._publish()
-        loop = asyncio.get_running_loop()
-        started = time.perf_counter()
-        try:
-            end = await loop.run_in_executor(self._thread, self._run_slice, job, loop)
-        finally:
-            held = time.perf_counter() - started
-            self.observer.slot_freed(held)
-            self.running = None
-            if _runs_user_job(job):
-                self.gates.user_running = False
-                self.gates.last_user_end = self.clock()
-            self._publish()
-        if end == _SliceEnd.PREEMPTED:
+
+    def _left(self, job: Job, end: SliceEnd, held: float) -> None:
+        """``job`` left the slot (on the loop, told by the inference thread)."""
+        self.batch.remove(job)
+        self.observer.batch_changed(len(self.batch))
+        if runs_user_job(job) and not any(runs_user_job(j) for j in self.batch):
+            self.gates.user_running = False
+            self.gates.last_user_end = self.clock()
+        if end == SliceEnd.PREEMPTED:
             job.state = JobState.PREEMPTED
             job.preemptions += 1
-            self.observer.job_preempted(_label(job), job.paused_inside_pass)
+            self.observer.job_preempted(lane(job), job.paused_inside_pass)
             self._queue_of(job).appendleft(job)
-            self._publish()
-            await self._limit_paused_memory()
-        elif end == _SliceEnd.CANCELLED:
+            asyncio.get_running_loop().create_task(self._limit_paused_memory())
+        elif end == SliceEnd.CANCELLED:
             self.observer.job_cancelled(job.priority.label, "running")
             self._finish(job, JobState.CANCELLED)
-        elif end == _SliceEnd.FAILED:
+        elif end == SliceEnd.FAILED:
             self._finish(job, JobState.FAILED, job.error)
         else:
             self._mean_job_seconds = 0.8 * self._mean_job_seconds + 0.2 * held
             self._finish(job, JobState.DONE)
+        self._changed()
 
     async def _limit_paused_memory(self) -> None:
         """Keep at most ``max_paused_with_memory`` paused jobs holding engine memory.
 
-        The ones paused longest give theirs up first; they recompute on resume.
+        The ones paused longest give theirs up first; they recompute on resume. (On the
+        inference thread: after the batch, when one still runs.)
         """
         excess = policy.memory_to_release(self._all_queues(), self.config.max_paused_with_memory)
         loop = asyncio.get_running_loop()
         for job in excess:
-            if await loop.run_in_executor(self._thread, job.release_memory):
+            if await loop.run_in_executor(self._thread, _release_if_paused, job):
                 job.memory_released = True
                 self.observer.job_memory_released(job.priority.label)
 
-    def _run_slice(self, job: Job, loop: asyncio.AbstractEventLoop) -> str:
-        """Run ``job`` on the inference thread until it ends, is cancelled or is preempted."""
-        job.memory_released = job.paused_inside_pass = False  # resuming: it holds it again
+    def _run_batch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Advance the batch's jobs in turn, a step each, until none is left (on the
+        inference thread). Each job that leaves is reported to the loop after its events."""
         with self._occupancy_lock:
             self._occupancy += 1
             self.max_occupancy_seen = max(self.max_occupancy_seen, self._occupancy)
-        # A token that follows a token may wait for the next one (EventHandoff: fewer
-        # wake-ups of the loop at a GPU's pace); the first token of a slice never waits.
-        handoff = EventHandoff(loop, job.deliver, self.config.token_flush)
-        after_token = False
-        # A user job's first token, timed from its slot (the pace of the shortest lately).
-        timing_first_token = _runs_user_job(job) and job.preemptions == 0
-        slice_started = time.perf_counter()
-        inside_pass = False
+        slices: list[JobSlice] = []
         try:
-            if job.steps is None:
-                job.steps = iter(job.spec.work())
             while True:
-                if job.cancel_requested:
-                    _close(job)
-                    return _SliceEnd.CANCELLED
-                if job.preempt_requested and (job.may_pause_inside_pass or not inside_pass):
-                    job.preempt_requested = False
-                    job.paused_inside_pass = inside_pass
-                    where = "inside a pass" if inside_pass else "between passes"
-                    log.debug("job %s (%s) paused %s", job.id, _label(job), where)
-                    return _SliceEnd.PREEMPTED
-                try:
-                    event = next(job.steps)
-                except StopIteration:
-                    return _SliceEnd.DONE
-                inside_pass = event is PASS_POINT
-                if inside_pass:  # only a point to pause at: nothing to hand on
-                    continue
-                is_token = isinstance(event, TokenEvent)
-                if is_token and timing_first_token:
-                    self._user_first_tokens.append(time.perf_counter() - slice_started)
-                    timing_first_token = False
-                handoff.put(event, defer=is_token and after_token)
-                after_token = is_token
-        except Exception as exc:  # an engine failure ends this job, never the scheduler
-            log.exception("job %s failed", job.id)
-            job.error = exc
-            _close(job)
-            return _SliceEnd.FAILED
+                with self._batch_lock:
+                    while self._joining:
+                        slices.append(self._slice_of(self._joining.popleft(), loop))
+                    if not slices:
+                        self._batch_open = False
+                        return
+                for turn in list(slices):
+                    end = turn.advance()
+                    if end is not None:
+                        slices.remove(turn)
+                        held = turn.end()
+                        loop.call_soon_threadsafe(self._left, turn.job, end, held)
         finally:
-            handoff.flush()  # before the loop hears that the slice ended
             with self._occupancy_lock:
                 self._occupancy -= 1
+
+    def _slice_of(self, job: Job, loop: asyncio.AbstractEventLoop) -> JobSlice:
+        return JobSlice(job, loop, self.config.token_flush, self._user_first_tokens.append)
 
     def _withdraw(self, job: Job) -> None:
         """Cancel ``job`` (its handle's ``cancel``): dropped if it waits; a running job stops
@@ -435,10 +464,10 @@ class Scheduler:
             if job in queue:
                 queue.remove(job)
                 stage = "preempted" if job.state is JobState.PREEMPTED else "queued"
-                self.observer.job_cancelled(_label(job), stage)
+                self.observer.job_cancelled(lane(job), stage)
                 if job.steps is not None:
                     # A paused job holds engine state: release it on the engine's thread.
-                    self._thread.submit(_close, job)
+                    self._thread.submit(close_steps, job)
                 self._finish(job, JobState.CANCELLED)
                 break
         self._changed()
@@ -454,12 +483,11 @@ class Scheduler:
     def _publish(self) -> None:
         """Publish the state the inference thread reads (one assignment), then the gauges.
         Called on the loop after every change to the queues, the gates or the slot."""
-        running, gates = self.running, self.gates
+        batch, gates = self.batch, self.gates
         self.state = SlotState(
-            runs_user_job=_runs_user_job(running),
-            runs_hint=running is not None and running.hint,
-            stopping=running is not None
-            and (running.preempt_requested or running.cancel_requested),
+            runs_user_job=any(runs_user_job(job) for job in batch),
+            runs_hint=any(job.hint for job in batch),
+            stopping=any(job.preempt_requested or job.cancel_requested for job in batch),
             user_waiting=policy.waiting(self.queues[Priority.USER]),
             user_running=gates.user_running,
             last_user_end=gates.last_user_end,
@@ -472,15 +500,6 @@ class Scheduler:
         self.observer.lanes_changed({name: closed[name] for name in GATE_NAMES}, depths)
 
 
-def _runs_user_job(running: Job | None) -> bool:
-    return running is not None and running.priority is Priority.USER and not running.hint
-
-
-def _label(job: Job) -> str:
-    return HINT_LANE if job.hint else job.priority.label
-
-
-def _close(job: Job) -> None:
-    close = getattr(job.steps, "close", None)
-    if close is not None:
-        close()
+def _release_if_paused(job: Job) -> bool:
+    """Free a paused job's engine memory, unless it has been resumed since it was chosen."""
+    return job.state is JobState.PREEMPTED and job.release_memory()

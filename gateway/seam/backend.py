@@ -261,6 +261,8 @@ class BackendHealth:
     weights: dict[str, Any] | None = None
     # Local tiers: speculative decoding ("lookup", "off", "draft_model <reference>").
     speculation: str | None = None
+    # Local tiers, loaded: how many generations decode together and what bounds it.
+    batch: dict[str, Any] | None = None
     # Distributed tiers: the cluster's ranks, hosts, state and restarts (gateway.engines.distributed).
     cluster: dict[str, Any] | None = None
 

@@ -56,10 +56,11 @@ class LocalModelKit(Protocol):
         experts: StreamedExperts | None = None,
         pacing: Pacing | None = None,
         drafting: Drafting | None = None,
+        batching: Batching | None = None,
     ) -> ModelRunner:
         """A loaded runner (a ``RunnerFactory``); called on the inference thread. ``pacing``:
         what its passes ask between them (the scheduler); ``drafting``: the tier's
-        speculative decoding."""
+        speculative decoding; ``batching``: how many of its generations decode together."""
         ...
 
     def memory(self) -> dict[str, int]:
@@ -80,6 +81,15 @@ class Drafting:
 
     speculation: str = "lookup"
     draft_model: str | None = None
+
+
+@dataclass(frozen=True)
+class Batching:
+    """A tier's batched decode (``TierSettings.max_sequences``) and the bytes left for its
+    sequences' KV caches (None: not known, the setting alone bounds it)."""
+
+    max_sequences: int = 1
+    cache_budget_bytes: int | None = None
 
 
 def resolve_model(settings: Settings, model_id: str) -> ResolvedModel:
@@ -103,11 +113,13 @@ class MLXModelKit:
         experts: StreamedExperts | None = None,
         pacing: Pacing | None = None,
         drafting: Drafting | None = None,
+        batching: Batching | None = None,
     ) -> ModelRunner:
         from gateway.engines.mlx_runner import MLXRunner
 
         model = resolve_model(self.settings, model_id)
         drafting = drafting or Drafting()
+        batching = batching or Batching()
         draft = drafting.draft_model
         return MLXRunner(
             model_id,
@@ -119,6 +131,8 @@ class MLXModelKit:
             pacing,
             speculation=drafting.speculation,
             draft_folder=resolve_model(self.settings, draft).folder if draft else None,
+            max_batch=batching.max_sequences,
+            cache_budget_bytes=batching.cache_budget_bytes,
         )
 
     def memory(self) -> dict[str, int]:
@@ -182,8 +196,10 @@ class GivenRunnerKit:
         experts: StreamedExperts | None = None,
         pacing: Pacing | None = None,
         drafting: Drafting | None = None,
+        batching: Batching | None = None,
     ) -> ModelRunner:
-        # A test's runner is a fake: it computes no passes to pace, and drafts nothing.
+        # A test's runner is a fake: it computes no passes to pace, drafts nothing and
+        # decodes alone.
         if experts is None:  # a test's factory may not take them
             return self.factory(model_id, compute, weights)
         return self.factory(model_id, compute, weights, experts=experts)

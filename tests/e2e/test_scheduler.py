@@ -128,6 +128,16 @@ def tight_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningG
     running = start_gateway(
         tmp_path_factory.mktemp("tight"),
         {
+            # One generation at a time: a second user request waits in the queue (with
+            # batching it would join the first: tests/e2e/test_batched_decode.py).
+            "tiers": {
+                "default": {
+                    "model": MODEL,
+                    "max_sequences": 1,
+                    "keep_alive_seconds": 0,
+                    "preload": True,
+                }
+            },
             "scheduler": {
                 "max_queued_user": 1,
                 "max_queue_wait_seconds": 1.5,

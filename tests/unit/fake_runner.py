@@ -34,6 +34,9 @@ class FakeGeneration:
     def close(self) -> None:
         pass
 
+    def set_aside(self) -> None:
+        pass
+
     def release_cache(self) -> bool:
         return False
 
@@ -45,6 +48,8 @@ class FakeRunner:
     vocab_size = 256
     default_stop: tuple[str, ...] = ()
     max_token_chars = 1
+    max_sequences = 1
+    batch_limit = {"max_sequences": 1, "limited_by": "setting", "kv_bytes_per_token": 0}
 
     def render_chat(self, messages: Sequence[dict[str, Any]], **_: Any) -> list[int]:
         return [ord(c) % 256 for m in messages for c in str(m["content"])] or [0]

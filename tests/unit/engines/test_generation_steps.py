@@ -36,6 +36,9 @@ class ScriptedGeneration:
     def close(self) -> None:
         self._events.close()
 
+    def set_aside(self) -> None:
+        pass
+
     def release_cache(self) -> bool:
         self.released += 1
         return self.releasable

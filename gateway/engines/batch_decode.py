@@ -1,0 +1,244 @@
+"""Batched decode: the sequences of one model decoding together, one pass for all per step.
+
+Decoding reads every weight once per step whatever the batch (memory bandwidth is the
+bound), so one pass over B sequences costs about what one over a single sequence does:
+this is how the one inference slot decodes several sequences (issue 33), as mlx-lm's
+``BatchGenerator`` and vLLM do. The KV caches are mlx-lm's own ``BatchKVCache``
+(left-padded; ``merge``, ``extend``, ``extract`` and ``filter`` move sequences in and out).
+
+Each sequence stays a ``DecodeLoop`` of its own (its sampler, seed, processors, grammar,
+penalties and log-probabilities): the batch runs the model over all of them at once, then
+samples each row with its own loop's sampler, in order. A sequence decodes alone (with
+drafting and its steps queued ahead) while it is the only one decoding; once another
+sequence of the same model decodes too, each joins the batch at its next step and leaves
+it when it ends, is cancelled or is paused (its rows extracted back into its own cache
+objects, so its ``PromptState``, a paused job's memory release and the prefix store see a
+plain cache again). When one is left, the batch dissolves and it decodes alone again.
+
+Steps are computed on demand: the first sequence to ask for a token that it has not got
+computes a step for every joined sequence; the others find theirs ready. The scheduler
+advances the jobs of a batch in turn (``gateway.scheduler.slot``), one token each, so a
+sequence never holds more than a token or two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import mlx.core as mx
+from mlx_lm.generate import generation_stream
+from mlx_lm.models.cache import BatchKVCache
+from mlx_lm.models.cache import KVCache as PlainKVCache
+
+if TYPE_CHECKING:
+    from gateway.engines.mlx_decode import DecodeLoop
+
+# A token and the log-probabilities it was drawn from.
+Drawn = tuple[int, mx.array]
+# How far a batched step's logits may be from one sequence's alone, relative to their scale.
+BATCH_TOLERANCE = 0.05
+
+
+class BatchSeat:
+    """A sequence's row in the batch: its loop and the token to feed it next (the tokens
+    drawn for it but not yet taken wait in the loop's own ``ready``, which outlives the
+    seat: a sequence paused or left alone takes them first)."""
+
+    def __init__(self, loop: DecodeLoop, pending: int) -> None:
+        self.loop = loop
+        self.pending = pending
+
+
+class BatchDecoder:
+    """The batch of one model's decoding sequences (one per runner, on the inference thread).
+
+    ``capacity`` bounds how many sequences decode together (the tier's memory budget and
+    the configured cap, ``gateway.engines.footprint``); beyond it a sequence decodes alone
+    between the batch's steps. ``steps`` and ``sequence_steps`` count the passes and the
+    tokens they drew (their ratio is the mean batch size).
+    """
+
+    def __init__(self, model: Any, limit: BatchLimit) -> None:
+        self.model = model
+        self.limit = limit
+        self.capacity = limit.sequences
+        self.decoding: list[DecodeLoop] = []  # every sequence that decodes now, in order
+        self.seats: list[BatchSeat] = []  # those in the batch's cache, in its row order
+        self.cache: list[BatchKVCache] | None = None
+        self.steps = 0
+        self.sequence_steps = 0
+
+    # -- membership (called by the sequences' own loops) ----------------------------------
+
+    def enter(self, loop: DecodeLoop) -> bool:
+        """``loop`` begins (or resumes) decoding; False when its cache cannot be batched."""
+        if self.capacity < 2 or not all(type(c) is PlainKVCache for c in loop.cache):
+            return False
+        if loop not in self.decoding:
+            self.decoding.append(loop)
+        return True
+
+    def leave(self, loop: DecodeLoop) -> None:
+        """``loop`` stops decoding (it ended, or its job is paused): its rows go back into
+        its own cache; a batch left with one sequence dissolves (it decodes alone)."""
+        if loop in self.decoding:
+            self.decoding.remove(loop)
+        seat = self._seat_of(loop)
+        if seat is not None:
+            self._extract([seat])
+        if len(self.seats) == 1 and len(self.decoding) <= 1:
+            self._extract(list(self.seats))
+
+    def crowded(self, loop: DecodeLoop) -> bool:
+        """Whether ``loop`` should take its tokens from the batch: another sequence decodes
+        beside it, or the batch drew tokens for it that it has not taken yet."""
+        if loop.ready:
+            return True
+        return loop in self.decoding and len(self.decoding) > 1 and self._has_room(loop)
+
+    def next(self, loop: DecodeLoop, pending: int) -> Drawn:
+        """``loop``'s next token: ready already, or drawn by a step computed now for every
+        sequence in the batch (``loop`` joins it first, feeding ``pending``)."""
+        if not loop.ready:
+            if self._seat_of(loop) is None:
+                self._join(loop, pending)
+            self._step()
+        return loop.ready.popleft()
+
+    @property
+    def size(self) -> int:
+        return len(self.seats)
+
+    # -- the batch's cache -----------------------------------------------------------------
+
+    def _has_room(self, loop: DecodeLoop) -> bool:
+        return self._seat_of(loop) is not None or len(self.seats) < self.capacity
+
+    def _seat_of(self, loop: DecodeLoop) -> BatchSeat | None:
+        return next((seat for seat in self.seats if seat.loop is loop), None)
+
+    def _join(self, loop: DecodeLoop, pending: int) -> BatchSeat:
+        """Move ``loop``'s cache into the batch's (its own cache objects are emptied, not
+        copied: the memory is held once)."""
+        merged = [BatchKVCache.merge([layer]) for layer in loop.cache]
+        if self.cache is None:
+            self.cache = merged
+        else:
+            for batched, joining in zip(self.cache, merged, strict=True):
+                batched.extend(joining)
+        for layer in loop.cache:
+            layer.keys = layer.values = None  # the offset stays: the loop's length
+        seat = BatchSeat(loop, pending)
+        self.seats.append(seat)
+        return seat
+
+    def _extract(self, leaving: list[BatchSeat]) -> None:
+        """Give each of ``leaving`` its rows back in its own cache objects, then drop them."""
+        assert self.cache is not None
+        for seat in leaving:
+            row = self.seats.index(seat)
+            for own, batched in zip(seat.loop.cache, self.cache, strict=True):
+                alone = batched.extract(row)
+                own.keys, own.values, own.offset = alone.keys, alone.values, alone.offset
+        kept = [i for i, seat in enumerate(self.seats) if seat not in leaving]
+        self.seats = [self.seats[i] for i in kept]
+        if not self.seats:
+            self.cache = None
+            return
+        for batched in self.cache:
+            batched.filter(mx.array(kept))
+
+    def _step(self) -> None:
+        """One pass over every seat's pending token; each row sampled by its own loop."""
+        seats, cache = self.seats, self.cache
+        assert cache is not None
+        inputs = mx.array([[seat.pending] for seat in seats])
+        with mx.stream(generation_stream):
+            logits = self.model(inputs, cache=cache)[:, -1, :]
+            drawn = [
+                seat.loop.draw(inputs[row], logits[row : row + 1]) for row, seat in enumerate(seats)
+            ]
+        mx.async_eval([token for token, _ in drawn])
+        for seat, (token, logprobs) in zip(seats, drawn, strict=True):
+            seat.pending = int(token.item())  # type: ignore[arg-type]
+            seat.loop.ready.append((seat.pending, logprobs))
+        self.steps += 1
+        self.sequence_steps += len(seats)
+
+
+def batch_capacity(runner: Any, max_batch: int, cache_budget_bytes: int | None) -> BatchLimit:
+    """How many sequences of ``runner``'s model may decode together: ``max_batch`` (the
+    tier's setting), fewer where the memory left for KV caches cannot hold that many at the
+    model's full context, and 1 where the model cannot decode a batch (checked here, on two
+    prompts of different lengths, against each decoded alone)."""
+    if max_batch < 2:
+        return BatchLimit(1, "setting", 0)
+    per_token = kv_bytes_per_token(runner)
+    problem = batch_problem(runner.model, runner.new_cache)
+    if problem is not None:
+        return BatchLimit(1, f"unsupported: {problem}", per_token)
+    if cache_budget_bytes is None:
+        return BatchLimit(max_batch, "setting", per_token)
+    per_sequence = per_token * runner.context_length
+    fits = cache_budget_bytes // per_sequence if per_sequence else max_batch
+    if fits >= max_batch:
+        return BatchLimit(max_batch, "setting", per_token)
+    return BatchLimit(max(1, int(fits)), "memory", per_token)
+
+
+@dataclass(frozen=True)
+class BatchLimit:
+    """The batch's capacity and what set it (``/health``)."""
+
+    sequences: int
+    limited_by: str  # "setting", "memory" or "unsupported: <why>"
+    kv_bytes_per_token: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "max_sequences": self.sequences,
+            "limited_by": self.limited_by,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+        }
+
+
+def kv_bytes_per_token(runner: Any) -> int:
+    """Bytes one token takes in every layer's KV cache, measured on a fresh cache."""
+    cache = runner.new_cache()
+    if not all(type(c) is PlainKVCache for c in cache):
+        return 0
+    runner.model(mx.array([[0]]), cache=cache)
+    mx.eval([c.state for c in cache])
+    return int(sum(c.keys[..., :1, :].nbytes + c.values[..., :1, :].nbytes for c in cache))
+
+
+def batch_problem(model: Any, new_cache: Any) -> str | None:
+    """Why ``model`` cannot decode a batch (None: it can): its caches are not plain KV
+    caches, or a batched step does not give each sequence the token it gets alone."""
+    prompts = [[1, 2, 3, 4, 5], [6, 7, 8]]
+    caches = [new_cache() for _ in prompts]
+    if not all(type(c) is PlainKVCache for cache in caches for c in cache):
+        return "its KV caches are not plain (sliding-window or recurrent layers)"
+    try:
+        alone = []
+        for prompt, cache in zip(prompts, caches, strict=True):
+            model(mx.array([prompt[:-1]]), cache=cache)
+            alone.append(model(mx.array([prompt[-1:]]), cache=cache)[0, -1])
+        for cache in caches:  # back to each prompt without its last token, then batched
+            for layer in cache:
+                layer.trim(1)
+        batched = [BatchKVCache.merge([c[i] for c in caches]) for i in range(len(caches[0]))]
+        last = mx.array([[p[-1]] for p in prompts])
+        together = model(last, cache=batched)[:, -1]
+        mx.eval(together, *alone)
+    except Exception as exc:  # the model's attention cannot take a batched cache
+        return f"{type(exc).__name__}: {exc}"
+    # Batching changes the order of a few sums (bf16 rounds them differently): a broken
+    # batch (padding attended to, positions shifted) differs by the logits' own scale.
+    for row, logits in enumerate(alone):
+        scale = float(mx.max(mx.abs(logits)).item())  # type: ignore[arg-type]
+        error = float(mx.max(mx.abs(logits - together[row])).item())  # type: ignore[arg-type]
+        if error > BATCH_TOLERANCE * max(scale, 1e-6):
+            return f"a batched step differs from each sequence alone ({error:.3g} of {scale:.3g})"
+    return None

@@ -1,0 +1,175 @@
+"""Batched decode on the real SmolLM2 (issue 33): sequences decoding together get the tokens
+each gets alone (greedy, and seeded sampling draw for draw), with their own grammar, stops
+and penalties; a sequence that ends, is closed or is set aside leaves the batch, and one set
+aside resumes where it was; the cache each leaves behind holds exactly its tokens. Every
+test checks that steps were batched, so that none passes with batching silently off."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import mlx.core as mx
+import pytest
+from mlx_lm.models.cache import KVCache
+
+from gateway.config import default_cache_dir
+from gateway.engines.batch_decode import BatchDecoder, BatchLimit, batch_capacity, batch_problem
+from gateway.engines.device import choose_compute_path
+from gateway.engines.mlx_runner import MLXGeneration, MLXRunner
+from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
+from gateway.seam.backend import Finished, SamplingParams, TokenEvent
+from gateway.seam.request_parts import Grammar
+
+QUESTIONS = [
+    "Tell me about cats.",
+    "What is 2+2? Explain it at length, step by step.",
+    "Write a poem about the sea.",
+    "List five fruits and say why each is good for you.",
+]
+
+
+@pytest.fixture(scope="module")
+def runner() -> MLXRunner:
+    folder = ModelStore(default_cache_dir()).path_for(DEFAULT_MODEL_ID)
+    return MLXRunner(DEFAULT_MODEL_ID, folder, choose_compute_path(), max_batch=8)
+
+
+def prompt(runner: MLXRunner, question: str) -> list[int]:
+    return runner.render_chat([{"role": "user", "content": question}])
+
+
+def alone(runner: MLXRunner, tokens: list[int], params: SamplingParams) -> list[int]:
+    generation = runner.generate(tokens, params)
+    return [t for event in generation if isinstance(event, TokenEvent) for t in event.token_ids]
+
+
+def in_turn(
+    generations: Sequence[Iterator[Any]], on_token: Any = None
+) -> tuple[list[list[int]], list[Finished | None]]:
+    """Advance each generation a token at a time, in turn, as the slot does."""
+    out: list[list[int]] = [[] for _ in generations]
+    finished: list[Finished | None] = [None] * len(generations)
+    live = set(range(len(generations)))
+    while live:
+        for i in sorted(live):
+            for event in generations[i]:
+                if isinstance(event, Finished):
+                    finished[i] = event
+                if isinstance(event, TokenEvent | Finished):
+                    break
+            else:
+                live.discard(i)
+                continue
+            if isinstance(event, TokenEvent):
+                out[i].extend(event.token_ids)
+                if on_token is not None:
+                    on_token(i, len(out[i]))
+    return out, finished
+
+
+def batched_steps(runner: MLXRunner) -> tuple[int, int]:
+    return runner.batch.steps, runner.batch.sequence_steps
+
+
+def test_greedy_and_seeded_sequences_decode_together_as_alone(runner: MLXRunner) -> None:
+    params = [
+        SamplingParams(max_tokens=24, temperature=0.0),
+        SamplingParams(max_tokens=24, temperature=0.9, seed=5),
+        SamplingParams(max_tokens=24, temperature=0.0, frequency_penalty=0.8),
+        SamplingParams(max_tokens=24, temperature=0.7, top_p=0.9, seed=9),
+    ]
+    prompts = [prompt(runner, q) for q in QUESTIONS]
+    reference = [alone(runner, p, s) for p, s in zip(prompts, params, strict=True)]
+    steps, sequence_steps = batched_steps(runner)
+    together, _ = in_turn([runner.generate(p, s) for p, s in zip(prompts, params, strict=True)])
+    assert together == reference
+    steps, sequence_steps = runner.batch.steps - steps, runner.batch.sequence_steps - sequence_steps
+    assert steps > 0 and sequence_steps / steps > 3, "the four should have decoded together"
+    assert runner.batch.size == 0 and not runner.batch.decoding  # all left
+
+
+def test_grammar_and_stop_each_hold_in_the_batch(runner: MLXRunner) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    json_params = SamplingParams(
+        max_tokens=40, temperature=0.0, grammar=Grammar("json_schema", json.dumps(schema))
+    )
+    stop_params = SamplingParams(max_tokens=40, temperature=0.0, stop=("cat",))
+    prompts = [
+        prompt(runner, "Describe a person as JSON."),
+        prompt(runner, QUESTIONS[0]),
+        prompt(runner, QUESTIONS[1]),
+    ]
+    generations = [
+        runner.generate(prompts[0], json_params),
+        runner.generate(prompts[1], stop_params),
+        runner.generate(prompts[2], SamplingParams(max_tokens=40, temperature=0.0)),
+    ]
+    before = batched_steps(runner)
+    together, finished = in_turn(generations)
+    assert batched_steps(runner) != before
+    assert together[0] == alone(runner, prompts[0], json_params)
+    parsed = json.loads(runner.tokenizer.decode(together[0]))
+    assert set(parsed) == {"name", "age"}
+    assert together[1] == alone(runner, prompts[1], stop_params)
+    assert finished[1] is not None and finished[1].reason == "stop"
+    assert together[2] == alone(runner, prompts[2], SamplingParams(max_tokens=40, temperature=0.0))
+    for generation, tokens in zip(generations, together, strict=True):
+        assert isinstance(generation, MLXGeneration) and generation.state is not None
+        # The cache left behind holds exactly the tokens it says, and is a plain one again.
+        state = generation.state
+        assert runner.cache_length(state.cache) == len(state.tokens)
+        assert all(type(layer) is KVCache and layer.keys is not None for layer in state.cache)
+
+
+def test_closed_and_set_aside_sequences_leave_and_resume(runner: MLXRunner) -> None:
+    params = SamplingParams(max_tokens=30, temperature=0.8, seed=21)
+    prompts = [prompt(runner, q) for q in QUESTIONS[:3]]
+    reference = [alone(runner, p, params) for p in prompts]
+    generations = [runner.generate(p, params) for p in prompts]
+    seen: dict[str, int] = {}
+
+    def on_token(i: int, count: int) -> None:
+        seen["largest"] = max(seen.get("largest", 0), runner.batch.size)
+        if i == 2 and count == 6:
+            generations[2].close()  # cancelled: it leaves at once
+            assert runner.batch.size == 2 and len(runner.batch.decoding) == 2
+        if i == 1 and count == 10:
+            # Paused: out of the batch, its rows its own again (the batch of one left
+            # dissolves); on its next turn it resumes, joining again.
+            generations[1].set_aside()
+            assert runner.batch.size == 0 and len(runner.batch.decoding) == 1
+
+    together, _ = in_turn(generations, on_token)
+    assert seen["largest"] == 3
+    assert together[:2] == reference[:2]
+    assert together[2] == reference[2][:6]
+    assert runner.batch.size == 0 and not runner.batch.decoding
+
+
+def test_the_capacity_follows_the_setting_the_memory_and_the_model(runner: MLXRunner) -> None:
+    assert batch_capacity(runner, 1, None) == BatchLimit(1, "setting", 0)
+    per_token = batch_capacity(runner, 8, None).kv_bytes_per_token
+    assert per_token == runner.batch.limit.kv_bytes_per_token > 0
+    three = per_token * runner.context_length * 3
+    assert batch_capacity(runner, 8, three) == BatchLimit(3, "memory", per_token)
+    assert batch_capacity(runner, 2, three).limited_by == "setting"
+    assert batch_problem(runner.model, runner.new_cache) is None
+
+    class Unbatchable:  # attention that ignores the batch's padding: every row the first's
+        def __init__(self, model: Any) -> None:
+            self.model = model
+
+        def __call__(self, inputs: mx.array, cache: Any = None) -> mx.array:
+            logits = self.model(inputs, cache=cache)
+            return mx.broadcast_to(logits[:1], logits.shape) if logits.shape[0] > 1 else logits
+
+    assert batch_problem(Unbatchable(runner.model), runner.new_cache) is not None
+    decoder = BatchDecoder(runner.model, BatchLimit(1, "setting", 0))
+    assert not decoder.enter(object())  # type: ignore[arg-type]
