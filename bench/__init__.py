@@ -28,6 +28,10 @@ BENCHMARKS = {
         "extraction, free chat; same text in every mode"
     ),
     "embeddings": "POST /v1/embeddings inputs/s for batches of 1, 8 and 32 short texts",
+    "concurrency": (
+        "N = 1, 2, 4, 8 concurrent clients (greedy, a prompt each), the gateway vs mlx_lm.server: "
+        "aggregate tokens/s, TTFT, the largest batch seen, texts unlike alone"
+    ),
     "versus": "the gateway vs mlx_lm.server: cold, multi-turn and hinted TTFT, decode tokens/s",
     "upstream": "an OpenAI-upstream tier vs the same mlx_lm.server called directly",
     "distributed": (
@@ -55,7 +59,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--model-folder",
-        help="ceiling, versus, distributed, priority: an mlx-lm model folder to measure instead of the embedded "
+        help="ceiling, versus, concurrency, distributed, priority: an mlx-lm model folder to measure instead of the embedded "
         "default (served under the default model's id)",
     )
     parser.add_argument(
@@ -102,6 +106,12 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         nargs="*",
         help="versus: the contexts' sizes in tokens (default: one of ~1,600)",
+    )
+    parser.add_argument(
+        "--clients",
+        type=int,
+        nargs="*",
+        help="concurrency: the numbers of concurrent clients (default: 1 2 4 8)",
     )
 
 

@@ -85,22 +85,33 @@ def stream(
     return stream_chat(client, body, path)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def same_weights(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Any], Path, Any]:
+    """What serves the same weights on both sides: the gateway's config (``--model-folder``
+    served under the default model's id), the folder ``mlx_lm.server`` loads (the float32
+    copy where the gateway dequantizes) and the compute path (``ComputePath``)."""
     from gateway.config import default_cache_dir
     from gateway.engines.device import choose_compute_path
     from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
 
-    workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-versus-"))
     config: dict[str, Any] = {}
     if args.model_folder:
         folder = Path(args.model_folder)
         config["cache_dir"] = str(store_serving(folder, workdir / "store"))
-        # A 32K context of an 8B model is 4 GB of KV cache: kept in memory, not written out.
-        config["cache"] = {"prefix_cache_bytes": 64 * 2**30, "persist_prefix_bytes": 0}
     else:
         folder = ModelStore(Path(args.cache_dir or default_cache_dir())).ensure(DEFAULT_MODEL_ID)
     compute = choose_compute_path()
     served = float32_copy(folder, workdir) if compute.dequantize else folder
+    return config, served, compute
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from gateway.modelstore.store import DEFAULT_MODEL_ID
+
+    workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-versus-"))
+    config, served, compute = same_weights(args, workdir)
+    if args.model_folder:
+        # A 32K context of an 8B model is 4 GB of KV cache: kept in memory, not written out.
+        config["cache"] = {"prefix_cache_bytes": 64 * 2**30, "persist_prefix_bytes": 0}
     server = start_mlx_lm_server(workdir / "server", served)
     gateway = None
     rows: dict[tuple[str, str], list[float]] = {}

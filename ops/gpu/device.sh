@@ -6,16 +6,17 @@
 #   more, long: `run.py more|long` (4-bit rows, 8B TTFT), same machine, still warm
 #   priority: as decode (join, check, install), then `run.py priority` (bench priority)
 #   speculative: as decode, then `run.py speculative` (bench speculative, issue 34)
+#   concurrency: as decode, then `run.py concurrency` (bench concurrency and priority, issue 33)
 # Results: $OUT/results.json and $OUT/log.txt (the device tool brings back few files).
 set -uo pipefail
 STASH=/tmp/gpu-stash SITE=/tmp/gpu-site WORK=${GPU_WORK:-/tmp/gpu-work}
 PY=${PY:-python3}  # (a smoke test on a CPU machine passes its own, and SKIP_INSTALL=1)
 mkdir -p "$STASH" "$WORK" "${OUT:=/tmp/gpu-out}"
-case "${1:?stash, decode, priority, more or long}" in
+case "${1:?stash, decode, priority, speculative, concurrency, more or long}" in
 stash)
   cp .gpu/part-*/* "$STASH"/ && ls -la "$STASH"
   exit ;;
-decode | priority | speculative)
+decode | priority | speculative | concurrency)
   cp .gpu/part-*/* "$STASH"/ || exit 1
   rm -rf "$WORK/src" && mkdir -p "$WORK/src" && cp -r .gpu/before .gpu/after "$WORK/src/" || exit 1
   cat "$STASH"/part-* > "$WORK/payload.tar"
@@ -32,7 +33,7 @@ export PYTHONPATH="$WORK/src/after:$SITE" PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOS
 BUDGET=${BUDGET:-540}
 cd "$WORK/src/after" || exit 1
 cat VERSIONS
-if [ "$1" = decode ] || [ "$1" = priority ] || [ "$1" = speculative ]; then
+if [ "$1" != more ] && [ "$1" != long ]; then
   nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm,clocks.mem --format=csv
   "$PY" -c "import mlx.core as mx; print(mx.__version__, mx.default_device(), mx.cuda.is_available())" || exit 1
   "$PY" -c "from gateway.engines.device import choose_compute_path as c; print(c())"

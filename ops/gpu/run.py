@@ -7,12 +7,16 @@ one by one, the previous version of the source as the baseline, ``mlx_lm.server`
 profiled run). ``more``: the 4-bit rows and the Llama-8B TTFT rows (``gateway bench
 versus`` at 2K and 8K: cold, hinted, hinted + speculated, second turn, against
 ``mlx_lm.server``). ``long``: the 8B's 32K row. ``priority``: ``gateway bench priority`` (issue 23) on SmolLM2
-and the Llama-1B shape, and ``gateway bench stages`` on the latter. Each until the time budget is spent (``PLAN``).
+and the Llama-1B shape, and ``gateway bench stages`` on the latter. ``speculative``: ``gateway bench
+speculative`` (issue 34). ``concurrency``: ``gateway bench concurrency`` (issue 33: 1 to 8 concurrent
+clients vs ``mlx_lm.server``), then ``bench priority`` beside batched background work. Each until
+the time budget is spent (``PLAN``).
 
 Every benchmark runs as its own process with a timeout; one failing does not stop the others.
 Everything lands in one JSON file and one log under OUT (the device tool brings back few
 files). Usage: ``python ops/gpu/run.py PHASE OUT MODELS_DIR SMOLLM2 BEFORE_SRC BUDGET_S``;
-``GPU_SMOKE=1`` runs the first ceiling and versus steps on a tiny model (a CPU dry run).
+``GPU_SMOKE=1`` runs the first ceiling and versus steps on a tiny model (a CPU dry run); for
+``concurrency``, its own steps on the tiny model.
 """
 
 from __future__ import annotations
@@ -69,6 +73,14 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
                                           "--draft-model", "{model:llama-1b-bf16}"]),
         ("speculative", "llama-1b-bf16", ["--runs", "5", "--max-tokens", "128", "--tasks", "chat",
                                           "--draft-model", "{model:smollm2-bf16}"]),
+    ],
+    # Issue 33: batched decode. 1, 2, 4 and 8 concurrent greedy clients, the gateway vs
+    # mlx_lm.server on the Llama-1B shape (bf16), as in the issue's H200 table; then, if
+    # time is left, the user's TTFT and decode speed beside 4 batched background sequences.
+    "concurrency": [
+        ("concurrency", "llama-1b-bf16", ["--runs", "3", "--clients", "1", "2", "4", "8",
+                                          "--max-tokens", "128"]),
+        ("priority", "llama-1b-bf16", ["--runs", "5"]),
     ],
 }  # fmt: skip
 # A step is started only when at least this much of the budget is left (seconds).
@@ -138,6 +150,11 @@ def steps_of(phase: str) -> list[tuple[str, str, list[str]]]:
     if not SMOKE:
         return PLAN[phase]
     small = ["--runs", "1", "--max-tokens", "8"]
+    if phase == "concurrency":  # the phase's own steps, shrunk to the tiny model
+        return [
+            ("concurrency", "tiny", ["--clients", "1", "2", *small]),
+            ("priority", "tiny", small),
+        ]
     first = PLAN["decode"][0][2]
     return [
         ("ceiling", "tiny", [*first[first.index("--rows") :], *small]),

@@ -122,8 +122,11 @@ def test_grammar_and_stop_each_hold_in_the_batch(runner: MLXRunner) -> None:
     assert together[2] == alone(runner, prompts[2], SamplingParams(max_tokens=40, temperature=0.0))
     for generation, tokens in zip(generations, together, strict=True):
         assert isinstance(generation, MLXGeneration) and generation.state is not None
-        # The cache left behind holds exactly the tokens it says, and is a plain one again.
-        state = generation.state
+        # The cache left behind holds exactly the tokens it says (the prompt and all but
+        # at most the last token), and is a plain one again.
+        state, held = generation.state, [*generation.prompt, *tokens]
+        assert list(state.tokens) == held[: len(state.tokens)]
+        assert len(state.tokens) >= len(held) - 1
         assert runner.cache_length(state.cache) == len(state.tokens)
         assert all(type(layer) is KVCache and layer.keys is not None for layer in state.cache)
 
