@@ -19,10 +19,18 @@ Steps are computed on demand: the first sequence to ask for a token that it has 
 computes a step for every joined sequence; the others find theirs ready. The scheduler
 advances the jobs of a batch in turn (``gateway.scheduler.slot``), one token each, so a
 sequence never holds more than a token or two.
+
+A step is computed in groups of layers where the scheduler's pacing asks for it (as a
+sequence's own step is: ``mlx_decode.pass_points``), with a ``PASS_POINT`` after each group
+yielded by the sequence that asked for it: a user request arriving then pauses the
+background batch inside the pass. Each sequence that leaves with the step unfinished takes
+its draw along unevaluated (in its ``ready``); the rest of the pass is computed when one of
+them reads it, after the user's work.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,11 +39,16 @@ from mlx_lm.generate import generation_stream
 from mlx_lm.models.cache import BatchKVCache
 from mlx_lm.models.cache import KVCache as PlainKVCache
 
+from gateway.engines.pass_timing import PassTiming
+from gateway.scheduler.pacing import PassPoint
+
 if TYPE_CHECKING:
     from gateway.engines.mlx_decode import DecodeLoop
 
 # A token and the log-probabilities it was drawn from.
 Drawn = tuple[int, mx.array]
+# A draw not read yet: the token is still an array of the step's (maybe unfinished) pass.
+Pending = tuple[int | mx.array, mx.array]
 # How far a batched step's logits may be from one sequence's alone, relative to their scale.
 BATCH_TOLERANCE = 0.05
 
@@ -48,6 +61,7 @@ class BatchSeat:
     def __init__(self, loop: DecodeLoop, pending: int) -> None:
         self.loop = loop
         self.pending = pending
+        self.drawing: tuple[mx.array, mx.array] | None = None  # its draw of the step under way
 
 
 class BatchDecoder:
@@ -59,8 +73,9 @@ class BatchDecoder:
     tokens they drew (their ratio is the mean batch size).
     """
 
-    def __init__(self, model: Any, limit: BatchLimit) -> None:
+    def __init__(self, model: Any, limit: BatchLimit, timing: PassTiming | None = None) -> None:
         self.model = model
+        self.timing = timing
         self.limit = limit
         self.capacity = limit.sequences
         self.decoding: list[DecodeLoop] = []  # every sequence that decodes now, in order
@@ -97,14 +112,18 @@ class BatchDecoder:
             return True
         return loop in self.decoding and len(self.decoding) > 1 and self._has_room(loop)
 
-    def next(self, loop: DecodeLoop, pending: int) -> Drawn:
+    def next(self, loop: DecodeLoop, pending: int) -> Generator[PassPoint, None, Drawn]:
         """``loop``'s next token: ready already, or drawn by a step computed now for every
-        sequence in the batch (``loop`` joins it first, feeding ``pending``)."""
+        sequence in the batch (``loop`` joins it first, feeding ``pending``); yields the
+        points inside that step's pass where its job may be paused."""
         if not loop.ready:
             if self._seat_of(loop) is None:
                 self._join(loop, pending)
-            self._step()
-        return loop.ready.popleft()
+            yield from self._step()
+        token, logprobs = loop.ready.popleft()
+        if not isinstance(token, int):
+            token = int(token.item())  # type: ignore[arg-type]
+        return token, logprobs
 
     @property
     def size(self) -> int:
@@ -134,9 +153,13 @@ class BatchDecoder:
         return seat
 
     def _extract(self, leaving: list[BatchSeat]) -> None:
-        """Give each of ``leaving`` its rows back in its own cache objects, then drop them."""
+        """Give each of ``leaving`` its rows back in its own cache objects (and its draw of a
+        step under way, unread), then drop them."""
         assert self.cache is not None
         for seat in leaving:
+            if seat.drawing is not None:
+                seat.loop.ready.append(seat.drawing)
+                seat.drawing = None
             row = self.seats.index(seat)
             for own, batched in zip(seat.loop.cache, self.cache, strict=True):
                 alone = batched.extract(row)
@@ -149,22 +172,30 @@ class BatchDecoder:
         for batched in self.cache:
             batched.filter(mx.array(kept))
 
-    def _step(self) -> None:
-        """One pass over every seat's pending token; each row sampled by its own loop."""
-        seats, cache = self.seats, self.cache
+    def _step(self) -> Generator[PassPoint, None, None]:
+        """One pass over every seat's pending token; each row sampled by its own loop. A
+        seat that leaves while the pass is paused takes its draw along (``_extract``)."""
+        from gateway.engines.mlx_decode import pass_points
+
+        seats, cache = list(self.seats), self.cache
         assert cache is not None
         inputs = mx.array([[seat.pending] for seat in seats])
         with mx.stream(generation_stream):
             logits = self.model(inputs, cache=cache)[:, -1, :]
-            drawn = [
-                seat.loop.draw(inputs[row], logits[row : row + 1]) for row, seat in enumerate(seats)
-            ]
-        mx.async_eval([token for token, _ in drawn])
-        for seat, (token, logprobs) in zip(seats, drawn, strict=True):
-            seat.pending = int(token.item())  # type: ignore[arg-type]
-            seat.loop.ready.append((seat.pending, logprobs))
+            for row, seat in enumerate(seats):
+                seat.drawing = seat.loop.draw(inputs[row], logits[row : row + 1])
         self.steps += 1
         self.sequence_steps += len(seats)
+        stages = self.timing.pass_stages(len(seats)) if self.timing is not None else 1
+        yield from pass_points(cache, stages)
+        mx.async_eval([seat.drawing[0] for seat in seats if seat.drawing is not None])
+        for seat in seats:
+            if seat.drawing is None:
+                continue  # it left while the pass was paused, with its draw
+            token, logprobs = seat.drawing
+            seat.drawing = None
+            seat.pending = int(token.item())  # type: ignore[arg-type]
+            seat.loop.ready.append((seat.pending, logprobs))
 
 
 def batch_capacity(runner: Any, max_batch: int, cache_budget_bytes: int | None) -> BatchLimit:

@@ -45,7 +45,7 @@ from mlx_lm.models.cache import KVCache as PlainKVCache
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 from mlx_lm.sample_utils import greedy_sampler
 
-from gateway.engines.batch_decode import BatchDecoder, Drawn
+from gateway.engines.batch_decode import BatchDecoder, Pending
 from gateway.engines.drafting import Drafter, DraftPolicy
 from gateway.engines.pass_timing import PassTiming
 from gateway.engines.runner import KVCache
@@ -117,7 +117,7 @@ class DecodeLoop:
         # The batch of this model's decoding sequences, and the tokens its steps drew for
         # this one that it has not yielded yet (``gateway.engines.batch_decode``).
         self.batch = batch
-        self.ready: deque[Drawn] = deque()
+        self.ready: deque[Pending] = deque()
 
     @property
     def drafted(self) -> Drafted | None:
@@ -174,7 +174,7 @@ class DecodeLoop:
         while count > 0:
             if self._batched(queued):
                 assert self.batch is not None
-                token, logprobs = self.batch.next(self, pending)
+                token, logprobs = yield from self.batch.next(self, pending)
                 self.history.append(token)
                 yield token, logprobs
                 read_at, suspended = time.perf_counter(), 0.0

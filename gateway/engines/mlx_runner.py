@@ -307,7 +307,8 @@ class MLXRunner:
         self._warm_up()
         # Sequences decoding together (``gateway.engines.batch_decode``), as many as the
         # setting and the memory left for their KV caches allow.
-        self.batch = BatchDecoder(self.model, batch_capacity(self, max_batch, cache_budget_bytes))
+        limit = batch_capacity(self, max_batch, cache_budget_bytes)
+        self.batch = BatchDecoder(self.model, limit, self.timing)
         self.max_sequences = self.batch.capacity
         self.batch_limit = self.batch.limit.as_dict()
         self.timing.pacing = pacing

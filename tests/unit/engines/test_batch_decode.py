@@ -19,6 +19,7 @@ from gateway.engines.batch_decode import BatchDecoder, BatchLimit, batch_capacit
 from gateway.engines.device import choose_compute_path
 from gateway.engines.mlx_runner import MLXGeneration, MLXRunner
 from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
+from gateway.scheduler.pacing import PASS_POINT, ChunkBudget
 from gateway.seam.backend import Finished, SamplingParams, TokenEvent
 from gateway.seam.request_parts import Grammar
 
@@ -46,7 +47,7 @@ def alone(runner: MLXRunner, tokens: list[int], params: SamplingParams) -> list[
 
 
 def in_turn(
-    generations: Sequence[Iterator[Any]], on_token: Any = None
+    generations: Sequence[Iterator[Any]], on_token: Any = None, on_pass_point: Any = None
 ) -> tuple[list[list[int]], list[Finished | None]]:
     """Advance each generation a token at a time, in turn, as the slot does."""
     out: list[list[int]] = [[] for _ in generations]
@@ -55,6 +56,8 @@ def in_turn(
     while live:
         for i in sorted(live):
             for event in generations[i]:
+                if event is PASS_POINT and on_pass_point is not None:
+                    on_pass_point(i)
                 if isinstance(event, Finished):
                     finished[i] = event
                 if isinstance(event, TokenEvent | Finished):
@@ -154,6 +157,48 @@ def test_closed_and_set_aside_sequences_leave_and_resume(runner: MLXRunner) -> N
     assert together[:2] == reference[:2]
     assert together[2] == reference[2][:6]
     assert runner.batch.size == 0 and not runner.batch.decoding
+
+
+class Grained:
+    """Pacing that computes every pass a layer at a time and never queues a step ahead."""
+
+    def pause_grain(self) -> float | None:
+        return 1e-9
+
+    def chunk_budget(self, base: int) -> ChunkBudget:
+        return ChunkBudget(base)
+
+    def decode_ahead(self) -> bool:
+        return False
+
+
+def test_a_batch_paused_inside_its_pass_resumes_with_the_same_tokens(runner: MLXRunner) -> None:
+    """A user arriving pauses the whole background batch inside a step's pass: each sequence
+    leaves with its draw unread, and resumes (joining again) with the tokens it gets alone."""
+    params = [
+        SamplingParams(max_tokens=20, temperature=0.0),
+        SamplingParams(max_tokens=20, temperature=0.9, seed=2),
+        SamplingParams(max_tokens=20, temperature=0.0),
+    ]
+    prompts = [prompt(runner, q) for q in QUESTIONS[:3]]
+    reference = [alone(runner, p, s) for p, s in zip(prompts, params, strict=True)]
+    generations = [runner.generate(p, s) for p, s in zip(prompts, params, strict=True)]
+    paused: list[int] = []
+
+    def pause_all(i: int) -> None:
+        if not paused and runner.batch.size == 3 and runner.batch.steps > 4:
+            paused.append(i)
+            for generation in generations:  # the one inside the pass, the others between
+                generation.set_aside()
+            assert runner.batch.size == 0 and not runner.batch.decoding
+
+    runner.timing.pacing, runner.timing.seconds_per_step = Grained(), 1.0
+    try:
+        together, _ = in_turn(generations, on_pass_point=pause_all)
+    finally:
+        runner.timing.pacing = None
+    assert paused, "no batched pass was computed in stages"
+    assert together == reference
 
 
 def test_the_capacity_follows_the_setting_the_memory_and_the_model(runner: MLXRunner) -> None:
