@@ -142,7 +142,7 @@ def tight_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningG
                 "max_queued_user": 1,
                 "max_queue_wait_seconds": 1.5,
                 "max_paused_with_cache": 0,
-            }
+            },
         },
     )
     yield running
