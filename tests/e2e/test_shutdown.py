@@ -75,7 +75,13 @@ def test_a_long_stream_ends_with_an_error_event_and_queued_work_gets_503(tmp_pat
     def wait_in_queue() -> None:
         queued["response"] = httpx.post(
             f"{gateway.base_url}/v1/chat/completions",
-            json={"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]},
+            # Background work: it waits while a user's stream runs (a second user request
+            # would join the stream's batch, and run).
+            json={
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "Hi"}],
+                "priority": "background",
+            },
             timeout=60,
         )
 
