@@ -30,25 +30,38 @@ them reads it, after the user's work.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import mlx.core as mx
 from mlx_lm.generate import generation_stream
 from mlx_lm.models.cache import BatchKVCache
 from mlx_lm.models.cache import KVCache as PlainKVCache
 
+from gateway.engines.pass_points import pass_points
 from gateway.engines.pass_timing import PassTiming
 from gateway.scheduler.pacing import PassPoint
-
-if TYPE_CHECKING:
-    from gateway.engines.mlx_decode import DecodeLoop
 
 # A token and the log-probabilities it was drawn from.
 Drawn = tuple[int, mx.array]
 # A draw not read yet: the token is still an array of the step's (maybe unfinished) pass.
 Pending = tuple[int | mx.array, mx.array]
+
+
+class DecodeLoop(Protocol):
+    """What the batch asks of a sequence's own loop (``gateway.engines.mlx_decode``)."""
+
+    cache: Any  # its KV cache: a list of mlx-lm cache objects, one per layer
+    ready: deque[Pending]  # tokens the batch drew for it, not yet yielded
+
+    def draw(self, token: mx.array, logits: mx.array) -> tuple[mx.array, mx.array]:
+        """The next token after ``token`` from its ``logits`` row, lazily, with the
+        log-probabilities it came from."""
+        ...
+
+
 # How far a batched step's logits may be from one sequence's alone, relative to their scale.
 BATCH_TOLERANCE = 0.05
 
@@ -175,8 +188,6 @@ class BatchDecoder:
     def _step(self) -> Generator[PassPoint, None, None]:
         """One pass over every seat's pending token; each row sampled by its own loop. A
         seat that leaves while the pass is paused takes its draw along (``_extract``)."""
-        from gateway.engines.mlx_decode import pass_points
-
         seats, cache = list(self.seats), self.cache
         assert cache is not None
         inputs = mx.array([[seat.pending] for seat in seats])

@@ -47,9 +47,10 @@ from mlx_lm.sample_utils import greedy_sampler
 
 from gateway.engines.batch_decode import BatchDecoder, Pending
 from gateway.engines.drafting import Drafter, DraftPolicy
+from gateway.engines.pass_points import pass_points
 from gateway.engines.pass_timing import PassTiming
 from gateway.engines.runner import KVCache
-from gateway.scheduler.pacing import PASS_POINT, PassPoint
+from gateway.scheduler.pacing import PassPoint
 from gateway.seam.backend import Drafted
 
 Processor = Callable[[mx.array, mx.array], mx.array]
@@ -58,25 +59,6 @@ Sampler = Callable[[mx.array], mx.array]
 # inside a pass where the job may be paused.
 DecodeStep = tuple[int, mx.array] | PassPoint
 CLEAR_CACHE_STEPS = 256
-
-
-def pass_points(cache: KVCache, stages: int) -> Generator[PassPoint, None, float]:
-    """Compute the pass just built into ``cache`` in ``stages`` groups of layers (about the
-    scheduler's pause grain each, ``PassTiming.stages``), yielding ``PASS_POINT`` after
-    each group but the last: points where the job may be paused with the rest of the pass
-    still lazy (``Pacing.pause_grain``). Returns the seconds spent suspended there.
-
-    A group ends at a layer's cache: its keys and values need every layer below it, and
-    nothing above. They are taken now, as a paused job's cache may be replaced."""
-    stages = min(stages, len(cache))
-    ends = [cache[len(cache) * k // stages].state for k in range(1, stages)]
-    suspended = 0.0
-    for arrays in ends:
-        mx.eval(arrays)
-        point = time.perf_counter()
-        yield PASS_POINT
-        suspended += time.perf_counter() - point
-    return suspended
 
 
 class DecodeLoop:

@@ -286,11 +286,7 @@ class MLXRunner:
         self.default_stop = default_stop
         # (Byte-level vocabularies spell a byte as one character: an upper bound on the text.)
         self.max_token_chars = max(len(t) for t in self.tokenizer.get_vocab())
-        self.prefill_chunk_tokens = PREFILL_CHUNK_TOKENS.get(compute.device, 512)
-        if self.weights == "quantized":
-            # Each chunk dequantizes every layer once (gateway.engines.weights): longer
-            # chunks spread that cost over more tokens.
-            self.prefill_chunk_tokens = max(self.prefill_chunk_tokens, QUANTIZED_CPU_CHUNK)
+        self.prefill_chunk_tokens = prefill_chunk_tokens(compute, self.weights)
         # The pace of its passes, and who may arrive as the scheduler sees it: each prefill
         # chunk's budget (small while a user may be waiting) and whether a decode step may
         # be queued ahead. Without pacing: always the engine's own chunk, always one step
@@ -556,6 +552,16 @@ class MLXRunner:
         if self.draft_model is not None:
             return DraftModel(self.draft_model), DraftPolicy(MAX_MODEL_DRAFT_TOKENS)
         return PromptLookup(), DraftPolicy(MAX_DRAFT_TOKENS)
+
+
+def prefill_chunk_tokens(compute: ComputePath, weights: WeightsMode) -> int:
+    """The engine's own prefill chunk on ``compute`` for weights held as ``weights``."""
+    tokens = PREFILL_CHUNK_TOKENS.get(compute.device, 512)
+    if weights == "quantized":
+        # Each chunk dequantizes every layer once (gateway.engines.weights): longer chunks
+        # spread that cost over more tokens.
+        return max(tokens, QUANTIZED_CPU_CHUNK)
+    return tokens
 
 
 def mlx_memory() -> dict[str, int]:
