@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Controller, Request, Response, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
+from pydantic import BaseModel
 
-from gateway.protocol.openai import ChatCompletionRequest
-from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
+from gateway.protocol.openai import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
+from gateway.routes.answer import OpensEarly, answer, served_by
 from gateway.routes.errors import ERROR_RESPONSES
-from gateway.routes.opening import begin_within_grace, opened, ready
 from gateway.routes.params import PriorityHeader
-from gateway.routes.sse import ServerSentEvents
-from gateway.serving.chat import ChatRun
+from gateway.serving.chat import ChatRun, PreparedChat, StreamHead
 from gateway.serving.openai_chat import OpenAIChat
 
 
@@ -40,28 +41,44 @@ class ChatController(Controller):
         openai_chat: NamedDependency[OpenAIChat],
         x_gateway_priority: PriorityHeader = None,
     ) -> Response[Any]:
-        chat = openai_chat
-        try:
-            if data.stream:
-                head = chat.head(data)
-                begun = await begin_within_grace(
-                    request, chat.begin(data, x_gateway_priority, head)
-                )
-                headers = served_by(ready(begun))
-                stream = opened(chat.opening(head), begun, chat.rest, chat.abandon)
-                return ServerSentEvents(stream, headers=headers)
-            prepared = await chat.prepare(data, x_gateway_priority)
-            run = await unless_disconnected(request, chat.start(prepared))
-            headers = served_by(run)
-            completion = await unless_disconnected(request, chat.complete(run))
-        except ClientDisconnected:
-            # Nobody is listening any more; 499 is what nginx logs for this.
-            return Response(content=None, status_code=499)
-        return Response(completion, headers=headers)
+        chat = ChatCompletions(openai_chat, x_gateway_priority)
+        return await answer(request, chat, data, data.stream)
 
 
-def served_by(run: ChatRun | None) -> dict[str, str]:
-    """``X-Gateway-Peer``: the peer that computed the answer (none: this node did, or a
-    stream opened before its start said)."""
-    node = run.started.node if run is not None else None
-    return {"X-Gateway-Peer": node} if node else {}
+@dataclass(frozen=True)
+class ChatCompletions(OpensEarly[ChatCompletionRequest, PreparedChat, ChatRun]):
+    """Chat completions for ``answer``: a stream opens with the assistant's role."""
+
+    chat: OpenAIChat
+    priority: str | None = None  # the X-Gateway-Priority header
+
+    async def prepare(self, data: ChatCompletionRequest) -> PreparedChat:
+        return await self.chat.prepare(data, self.priority)
+
+    async def start(self, prepared: PreparedChat) -> ChatRun:
+        return await self.chat.start(prepared)
+
+    async def complete(self, data: ChatCompletionRequest, run: ChatRun) -> ChatCompletion:
+        return await self.chat.complete(run)
+
+    def head(self, data: ChatCompletionRequest) -> StreamHead:
+        return self.chat.head(data)
+
+    async def begin(self, data: ChatCompletionRequest, head: StreamHead) -> ChatRun:
+        return await self.chat.begin(data, self.priority, head)
+
+    def opening(
+        self, data: ChatCompletionRequest, head: StreamHead, run: ChatRun | None
+    ) -> Sequence[BaseModel]:
+        return self.chat.opening(head)
+
+    def rest(
+        self, data: ChatCompletionRequest, run: ChatRun
+    ) -> AsyncGenerator[ChatCompletionChunk, None]:
+        return self.chat.rest(run)
+
+    async def abandon(self, run: ChatRun) -> None:
+        await self.chat.abandon(run)
+
+    def headers(self, run: ChatRun | None) -> dict[str, str]:
+        return served_by(run)

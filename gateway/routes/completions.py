@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Controller, Request, Response, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
-from gateway.protocol.completions import CompletionRequest
-from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
+from gateway.protocol.completions import Completion, CompletionRequest
+from gateway.routes.answer import WireFormat, answer
 from gateway.routes.errors import ERROR_RESPONSES
 from gateway.routes.params import PriorityHeader
-from gateway.routes.sse import ServerSentEvents
+from gateway.serving.chat import ChatRun, PreparedChat
 from gateway.serving.completions import CompletionsService
 
 
@@ -39,12 +41,25 @@ class CompletionsController(Controller):
         completions: NamedDependency[CompletionsService],
         x_gateway_priority: PriorityHeader = None,
     ) -> Response[Any]:
-        prepared = await completions.prepare(data, x_gateway_priority)
-        try:
-            run = await unless_disconnected(request, completions.start(prepared))
-            if data.stream:
-                return ServerSentEvents(completions.stream(run, data.echo))
-            result = await unless_disconnected(request, completions.complete(run, data.echo))
-        except ClientDisconnected:
-            return Response(content=None, status_code=499)
-        return Response(result)
+        fmt = TextCompletions(completions, x_gateway_priority)
+        return await answer(request, fmt, data, data.stream)
+
+
+@dataclass(frozen=True)
+class TextCompletions(WireFormat[CompletionRequest, PreparedChat, ChatRun]):
+    """Legacy completions for ``answer``: a stream opens once the completion has started."""
+
+    completions: CompletionsService
+    priority: str | None = None  # the X-Gateway-Priority header
+
+    async def prepare(self, data: CompletionRequest) -> PreparedChat:
+        return await self.completions.prepare(data, self.priority)
+
+    async def start(self, prepared: PreparedChat) -> ChatRun:
+        return await self.completions.start(prepared)
+
+    async def complete(self, data: CompletionRequest, run: ChatRun) -> Completion:
+        return await self.completions.complete(run, data.echo)
+
+    def stream(self, data: CompletionRequest, run: ChatRun) -> AsyncGenerator[Completion, None]:
+        return self.completions.stream(run, data.echo)

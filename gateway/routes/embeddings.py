@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Controller, Request, Response, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
-from gateway.protocol.embeddings import EmbeddingRequest
-from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
+from gateway.protocol.embeddings import CreateEmbeddingResponse, EmbeddingRequest
+from gateway.routes.answer import WireFormat, answer
 from gateway.routes.errors import ERROR_RESPONSES
 from gateway.serving.embeddings import EmbeddingsService
 
@@ -36,8 +37,22 @@ class EmbeddingsController(Controller):
         data: JSONBody[EmbeddingRequest],
         embeddings: NamedDependency[EmbeddingsService],
     ) -> Response[Any]:
-        try:
-            result = await unless_disconnected(request, embeddings.create(data))
-        except ClientDisconnected:
-            return Response(content=None, status_code=499)
-        return Response(result)
+        return await answer(request, Embeddings(embeddings), data, stream=False)
+
+
+@dataclass(frozen=True)
+class Embeddings(WireFormat[EmbeddingRequest, EmbeddingRequest, CreateEmbeddingResponse]):
+    """Embeddings for ``answer``: the whole job is the start (never streamed)."""
+
+    embeddings: EmbeddingsService
+
+    async def prepare(self, data: EmbeddingRequest) -> EmbeddingRequest:
+        return data  # (checked as the job runs)
+
+    async def start(self, prepared: EmbeddingRequest) -> CreateEmbeddingResponse:
+        return await self.embeddings.create(prepared)
+
+    async def complete(
+        self, data: EmbeddingRequest, run: CreateEmbeddingResponse
+    ) -> CreateEmbeddingResponse:
+        return run

@@ -6,19 +6,26 @@ Anthropic's named events, without OpenAI's ``[DONE]``.
 
 from __future__ import annotations
 
-import functools
-from typing import Any
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from litestar import Controller, Request, Response, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
+from pydantic import BaseModel
 
-from gateway.protocol.anthropic import CountTokensRequest, CountTokensResponse, MessagesRequest
-from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
+from gateway.protocol.anthropic import (
+    CountTokensRequest,
+    CountTokensResponse,
+    Message,
+    MessagesRequest,
+)
+from gateway.routes.answer import OpensEarly, answer
 from gateway.routes.errors import ANTHROPIC_ERROR_RESPONSES
-from gateway.routes.opening import begin_within_grace, opened, ready
-from gateway.routes.sse import ServerSentEvents
+from gateway.routes.sse import Dialect
 from gateway.serving.anthropic import AnthropicMessages
+from gateway.serving.chat import ChatRun, PreparedChat, StreamHead
 
 
 class MessagesController(Controller):
@@ -44,20 +51,7 @@ class MessagesController(Controller):
         data: JSONBody[MessagesRequest],
         anthropic: NamedDependency[AnthropicMessages],
     ) -> Response[Any]:
-        try:
-            if data.stream:
-                head = anthropic.head(data)
-                begun = await begin_within_grace(request, anthropic.begin(data, head))
-                opening = anthropic.opening(head, ready(begun))
-                rest = functools.partial(anthropic.rest, request=data)
-                stream = opened(opening, begun, rest, anthropic.abandon)
-                return ServerSentEvents(stream, dialect="anthropic")
-            prepared = await anthropic.prepare(data)
-            run = await unless_disconnected(request, anthropic.start(prepared))
-            message = await unless_disconnected(request, anthropic.complete(run, data))
-        except ClientDisconnected:
-            return Response(content=None, status_code=499)
-        return Response(message)
+        return await answer(request, Messages(anthropic), data, data.stream)
 
     @post(
         "/count_tokens",
@@ -72,3 +66,37 @@ class MessagesController(Controller):
         anthropic: NamedDependency[AnthropicMessages],
     ) -> CountTokensResponse:
         return CountTokensResponse(input_tokens=await anthropic.count_tokens(data))
+
+
+@dataclass(frozen=True)
+class Messages(OpensEarly[MessagesRequest, PreparedChat, ChatRun]):
+    """Anthropic's messages for ``answer``: a stream opens with message_start."""
+
+    anthropic: AnthropicMessages
+    dialect: ClassVar[Dialect] = "anthropic"
+
+    async def prepare(self, data: MessagesRequest) -> PreparedChat:
+        return await self.anthropic.prepare(data)
+
+    async def start(self, prepared: PreparedChat) -> ChatRun:
+        return await self.anthropic.start(prepared)
+
+    async def complete(self, data: MessagesRequest, run: ChatRun) -> Message:
+        return await self.anthropic.complete(run, data)
+
+    def head(self, data: MessagesRequest) -> StreamHead:
+        return self.anthropic.head(data)
+
+    async def begin(self, data: MessagesRequest, head: StreamHead) -> ChatRun:
+        return await self.anthropic.begin(data, head)
+
+    def opening(
+        self, data: MessagesRequest, head: StreamHead, run: ChatRun | None
+    ) -> Sequence[BaseModel]:
+        return self.anthropic.opening(head, run)
+
+    def rest(self, data: MessagesRequest, run: ChatRun) -> AsyncGenerator[BaseModel, None]:
+        return self.anthropic.rest(run, request=data)
+
+    async def abandon(self, run: ChatRun) -> None:
+        await self.anthropic.abandon(run)

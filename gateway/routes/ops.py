@@ -14,6 +14,7 @@ from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.peers.nodes import Peers
 from gateway.routes.models import tier_health
 from gateway.scheduler.slot import Scheduler
+from gateway.seam.backend import BackendHealth
 from gateway.serving.tasks import TaskService
 from gateway.serving.tiers import TierRegistry
 
@@ -39,21 +40,7 @@ class OpsController(Controller):
             "status": "ok",
             "compute": compute.as_dict(),
             "default_tier": registry.default,
-            "tiers": {
-                name: {
-                    "kind": state.kind,
-                    "model": state.model,
-                    "state": state.state,
-                    "loaded": state.loaded,
-                    "memory_bytes": state.memory_bytes,
-                    **({"weights": state.weights} if state.weights else {}),
-                    **({"speculation": state.speculation} if state.speculation else {}),
-                    **({"batch": state.batch} if state.batch else {}),
-                    **({"cluster": state.cluster} if state.cluster else {}),
-                    **({"detail": state.detail} if state.detail else {}),
-                }
-                for name, state in states.items()
-            },
+            "tiers": {name: _tier_entry(state) for name, state in states.items()},
             "models": registry.names(),
             "tasks_hash": tasks.prompts.catalog.hash,
             "slot_busy": slot.slot_busy,
@@ -73,3 +60,19 @@ class OpsController(Controller):
     )
     async def scheduler_view(self, scheduler: NamedDependency[Scheduler]) -> dict[str, Any]:
         return scheduler.snapshot()
+
+
+def _tier_entry(state: BackendHealth) -> dict[str, Any]:
+    """One tier in ``/health``: its state, and what it has beyond it (only when set)."""
+    return {
+        "kind": state.kind,
+        "model": state.model,
+        "state": state.state,
+        "loaded": state.loaded,
+        "memory_bytes": state.memory_bytes,
+        **({"weights": state.weights} if state.weights else {}),
+        **({"speculation": state.speculation} if state.speculation else {}),
+        **({"batch": state.batch} if state.batch else {}),
+        **({"cluster": state.cluster} if state.cluster else {}),
+        **({"detail": state.detail} if state.detail else {}),
+    }

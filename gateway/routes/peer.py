@@ -6,19 +6,22 @@ signed with the shared peer secret instead, and checked before anything else is 
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.peers.inbox import PeerInbox
 from gateway.protocol.peer import Ticket, TicketError
-from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
+from gateway.routes.answer import WireFormat, answer
 from gateway.routes.errors import ERROR_RESPONSES
-from gateway.routes.sse import ServerSentEvents
+from gateway.routes.sse import Dialect
+from gateway.serving.tasks import TaskRun
 
 
 class PeerController(Controller):
@@ -57,20 +60,7 @@ class PeerController(Controller):
             ticket = Ticket.model_validate_json(body)
         except ValidationError as exc:
             raise InvalidRequestError(f"not a ticket: {exc.errors()[0]['msg']}") from None
-        try:
-            run = await unless_disconnected(request, peer_inbox.accept(ticket))
-            if ticket.stream:
-                # Signed event by event: a relay cannot rewrite the tokens it carries.
-                signer = peer_inbox.response_signer(request.headers)
-                return ServerSentEvents(
-                    peer_inbox.events(run), dialect="peer", event_ids=signer.sign
-                )
-            result = await unless_disconnected(request, _last(peer_inbox, run))
-        except ClientDisconnected:
-            return Response(content=None, status_code=499)
-        if result is None:  # a run ends with a result or an error: never here
-            raise GatewayError("the ticket ended without a result")
-        return _signed(peer_inbox, request, result.model_dump_json().encode())
+        return await answer(request, Tickets(peer_inbox, request), ticket, ticket.stream)
 
 
 def _signed(inbox: PeerInbox, request: Request[Any, Any, Any], body: bytes) -> Response[bytes]:
@@ -79,13 +69,39 @@ def _signed(inbox: PeerInbox, request: Request[Any, Any, Any], body: bytes) -> R
     return Response(body, media_type="application/json", headers=headers)
 
 
-async def _last(inbox: PeerInbox, run: Any) -> Any:
-    last = None
-    async with aclosing(inbox.events(run)) as events:
-        async for event in events:
-            last = event
-    if isinstance(last, TicketError):
-        error = GatewayError(f"the ticket failed: {last.message}")
-        error.status_code = last.status
-        raise error
-    return last
+@dataclass(frozen=True)
+class Tickets(WireFormat[Ticket, Ticket, TaskRun]):
+    """A peer's tickets for ``answer``: events signed one by one, a whole result signed."""
+
+    inbox: PeerInbox
+    request: Request[Any, Any, Any]  # the ticket's request, whose nonce the answer signs
+    dialect: ClassVar[Dialect] = "peer"
+
+    async def prepare(self, data: Ticket) -> Ticket:
+        return data  # (checked and validated before: the signature comes first)
+
+    async def start(self, prepared: Ticket) -> TaskRun:
+        return await self.inbox.accept(prepared)
+
+    async def complete(self, data: Ticket, run: TaskRun) -> BaseModel:
+        last: BaseModel | None = None
+        async with aclosing(self.inbox.events(run)) as events:
+            async for event in events:
+                last = event
+        if isinstance(last, TicketError):
+            error = GatewayError(f"the ticket failed: {last.message}")
+            error.status_code = last.status
+            raise error
+        if last is None:  # a run ends with a result or an error: never here
+            raise GatewayError("the ticket ended without a result")
+        return last
+
+    def stream(self, data: Ticket, run: TaskRun) -> AsyncGenerator[BaseModel, None]:
+        return self.inbox.events(run)
+
+    def event_ids(self) -> Callable[[str, str], str]:
+        # Signed event by event: a relay cannot rewrite the tokens it carries.
+        return self.inbox.response_signer(self.request.headers).sign
+
+    def respond(self, run: TaskRun, body: BaseModel) -> Response[Any]:
+        return _signed(self.inbox, self.request, body.model_dump_json().encode())

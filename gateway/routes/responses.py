@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal
 
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from pydantic import BaseModel
 
+from gateway.errors import GatewayError
 from gateway.protocol.responses import DeletedResponse, InputItemList, ResponseRequest
 from gateway.protocol.responses_events import Response as ResponseObject
-from gateway.routes.chat import served_by
-from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
+from gateway.routes.answer import OpensEarly, answer, served_by
 from gateway.routes.errors import ERROR_RESPONSES
-from gateway.routes.opening import begin_within_grace, opened, ready
 from gateway.routes.params import PriorityHeader
-from gateway.routes.sse import ServerSentEvents
+from gateway.routes.sse import Dialect
+from gateway.serving.chat import StreamHead
+from gateway.serving.response_run import ResponseRun
 from gateway.serving.responses import MAX_LISTED_ITEMS, ResponsesService
 
 
@@ -46,29 +50,8 @@ class ResponsesController(Controller):
         responses: NamedDependency[ResponsesService],
         x_gateway_priority: PriorityHeader = None,
     ) -> Response[Any]:
-        try:
-            if data.stream:
-                head = responses.head(data)
-                begun = await begin_within_grace(
-                    request, responses.begin(data, x_gateway_priority, head)
-                )
-                run = ready(begun)
-                headers = served_by(run.started if run else None)
-                stream = opened(
-                    responses.opening(data, head),
-                    begun,
-                    responses.rest,
-                    responses.abandon,
-                    functools.partial(responses.failed, data, head),
-                )
-                return ServerSentEvents(stream, "responses", headers=headers)
-            prepared = await responses.prepare(data, x_gateway_priority)
-            run = await unless_disconnected(request, responses.start(prepared))
-            headers = served_by(run.started)
-            response = await unless_disconnected(request, responses.complete(run))
-        except ClientDisconnected:
-            return Response(content=None, status_code=499)
-        return Response(response, headers=headers)
+        fmt = Responses(responses, x_gateway_priority)
+        return await answer(request, fmt, data, data.stream)
 
     @get(
         "/{response_id:str}",
@@ -105,3 +88,47 @@ class ResponsesController(Controller):
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_LISTED_ITEMS)] = 20,
     ) -> InputItemList:
         return await responses.input_items(response_id, order, after, limit)
+
+
+@dataclass(frozen=True)
+class Responses(OpensEarly[ResponseRequest, ResponseRun, ResponseRun]):
+    """The Responses API for ``answer``: a stream opens with response.created and
+    response.in_progress; a start that fails then ends it with error and response.failed."""
+
+    responses: ResponsesService
+    priority: str | None = None  # the X-Gateway-Priority header
+    dialect: ClassVar[Dialect] = "responses"
+
+    async def prepare(self, data: ResponseRequest) -> ResponseRun:
+        return await self.responses.prepare(data, self.priority)
+
+    async def start(self, prepared: ResponseRun) -> ResponseRun:
+        return await self.responses.start(prepared)
+
+    async def complete(self, data: ResponseRequest, run: ResponseRun) -> ResponseObject:
+        return await self.responses.complete(run)
+
+    def head(self, data: ResponseRequest) -> StreamHead:
+        return self.responses.head(data)
+
+    async def begin(self, data: ResponseRequest, head: StreamHead) -> ResponseRun:
+        return await self.responses.begin(data, self.priority, head)
+
+    def opening(
+        self, data: ResponseRequest, head: StreamHead, run: ResponseRun | None
+    ) -> Sequence[BaseModel]:
+        return self.responses.opening(data, head)
+
+    def rest(self, data: ResponseRequest, run: ResponseRun) -> AsyncGenerator[BaseModel, None]:
+        return self.responses.rest(run)
+
+    async def abandon(self, run: ResponseRun) -> None:
+        await self.responses.abandon(run)
+
+    def failed(
+        self, data: ResponseRequest, head: StreamHead
+    ) -> Callable[[GatewayError], Sequence[BaseModel]]:
+        return functools.partial(self.responses.failed, data, head)
+
+    def headers(self, run: ResponseRun | None) -> dict[str, str]:
+        return served_by(run.started if run else None)

@@ -37,6 +37,10 @@ from gateway.routes.errors import anthropic_error_body, gateway_error_body
 
 log = logging.getLogger(__name__)
 
+# How a stream frames its events: OpenAI's ``data:`` lines ending with ``[DONE]``, or events
+# named by their type (Anthropic's, the peers', the Responses API's).
+Dialect = Literal["openai", "anthropic", "peer", "responses"]
+
 SSE_PING_SECONDS = 10.0
 PING = ServerSentEventMessage(comment="ping", data=None)
 
@@ -57,7 +61,7 @@ class ServerSentEvents(ServerSentEvent):
     def __init__(
         self,
         models: AsyncGenerator[BaseModel, None],
-        dialect: Literal["openai", "anthropic", "peer", "responses"] = "openai",
+        dialect: Dialect = "openai",
         headers: dict[str, str] | None = None,
         event_ids: Callable[[str, str], str] | None = None,
     ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Controller, Request, Response, get, post
@@ -11,12 +12,12 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 from pydantic import BaseModel
 
-from gateway.protocol.tasks import TaskRunRequest, TaskTypeInfo, TaskTypeList
-from gateway.routes.chat import served_by
-from gateway.routes.disconnect import ClientDisconnected, unless_disconnected
+from gateway.protocol.tasks import TaskResult, TaskRunRequest, TaskTypeInfo, TaskTypeList
+from gateway.routes.answer import WireFormat, answer, served_by
 from gateway.routes.errors import ERROR_RESPONSES
-from gateway.routes.sse import ServerSentEvents
+from gateway.serving.chat import PreparedChat
 from gateway.serving.tasks import TaskRun, TaskService
+from gateway.tasks.definitions import TaskType
 
 
 class TasksController(Controller):
@@ -52,20 +53,30 @@ class TasksController(Controller):
         data: JSONBody[TaskRunRequest],
         tasks: NamedDependency[TaskService],
     ) -> Response[Any]:
-        task, prepared = await tasks.prepare(task_type, data)
-        try:
-            run = await unless_disconnected(request, tasks.start(task, prepared))
-            headers = served_by(run.chat)
-            if data.stream:
-                return ServerSentEvents(_stream(tasks, run), headers=headers)
-            result = await unless_disconnected(request, tasks.complete(run))
-        except ClientDisconnected:
-            return Response(content=None, status_code=499)
-        return Response(result, headers=headers)
+        return await answer(request, TaskRuns(tasks, task_type), data, data.stream)
 
 
-async def _stream(tasks: TaskService, run: TaskRun) -> AsyncGenerator[BaseModel, None]:
-    async with aclosing(tasks.deltas(run)) as deltas:
-        async for delta in deltas:
-            yield delta
-    yield tasks.result(run, event=True)
+@dataclass(frozen=True)
+class TaskRuns(WireFormat[TaskRunRequest, tuple[TaskType, PreparedChat], TaskRun]):
+    """A task type's runs for ``answer``: a stream opens once the task has started."""
+
+    tasks: TaskService
+    task_type: str
+
+    async def prepare(self, data: TaskRunRequest) -> tuple[TaskType, PreparedChat]:
+        return await self.tasks.prepare(self.task_type, data)
+
+    async def start(self, prepared: tuple[TaskType, PreparedChat]) -> TaskRun:
+        return await self.tasks.start(*prepared)
+
+    async def complete(self, data: TaskRunRequest, run: TaskRun) -> TaskResult:
+        return await self.tasks.complete(run)
+
+    async def stream(self, data: TaskRunRequest, run: TaskRun) -> AsyncGenerator[BaseModel, None]:
+        async with aclosing(self.tasks.deltas(run)) as deltas:
+            async for delta in deltas:
+                yield delta
+        yield self.tasks.result(run, event=True)
+
+    def headers(self, run: TaskRun | None) -> dict[str, str]:
+        return served_by(run.chat if run else None)

@@ -60,6 +60,7 @@ from gateway.seam.grammar import for_grammar, strict_objects
 from gateway.seam.request_parts import ChatMessage, Grammar, ToolSpec
 from gateway.seam.tool_format import ToolChoice
 from gateway.serving.chat import (
+    ChatRequest,
     ChatRun,
     ChatService,
     FieldNames,
@@ -72,6 +73,7 @@ from gateway.serving.partial_json import partial_object
 from gateway.serving.reasoning import ReasoningPiece
 from gateway.serving.response_store import ResponseStore
 from gateway.serving.tool_calls import CallArguments, CallStart, TextPiece, ToolCall
+from gateway.serving.usage import TokenUsage
 
 log = logging.getLogger(__name__)
 DEFAULT_TEMPERATURE = 1.0  # Anthropic's default
@@ -88,26 +90,29 @@ class AnthropicMessages:
         arrived = time.perf_counter()
         tier = self.service.registry.resolve(request.model)
         request = await self._whole(request)
-        return await self.service.prepare_messages(
-            tier,
-            conversation(request.system_text(), request.messages),
-            SamplingParams(
-                max_tokens=request.max_tokens,
-                temperature=tier.temperature_for(request.temperature, DEFAULT_TEMPERATURE),
-                top_p=1.0 if request.top_p is None else request.top_p,
-                top_k=request.top_k or 0,
-                stop=tuple(request.stop_sequences or ()),
-                reasoning_budget=request.thinking.budget_tokens if request.thinking else None,
-                grammar=output_format_grammar(request),
-            ),
-            Priority.parse(request.priority, Priority.USER),
-            model_name=request.model,
-            chat_id=chat_id or message_id(),
-            session=request.session,
-            arrived=arrived,
-            tool_use=tool_use(request),
-            thinking=thinking_switch(request.thinking),
-            fields=FieldNames(grammar="output_config.format"),
+        sampling = SamplingParams(
+            max_tokens=request.max_tokens,
+            temperature=tier.temperature_for(request.temperature, DEFAULT_TEMPERATURE),
+            top_p=1.0 if request.top_p is None else request.top_p,
+            top_k=request.top_k or 0,
+            stop=tuple(request.stop_sequences or ()),
+            reasoning_budget=request.thinking.budget_tokens if request.thinking else None,
+            grammar=output_format_grammar(request),
+        )
+        return await self.service.prepare(
+            ChatRequest(
+                tier,
+                conversation(request.system_text(), request.messages),
+                sampling,
+                Priority.parse(request.priority, Priority.USER),
+                model_name=request.model,
+                chat_id=chat_id or message_id(),
+                session=request.session,
+                arrived=arrived,
+                tool_use=tool_use(request),
+                thinking=thinking_switch(request.thinking),
+                fields=FieldNames(grammar="output_config.format"),
+            )
         )
 
     async def _whole(self, request: MessagesRequest) -> MessagesRequest:
@@ -167,7 +172,7 @@ class AnthropicMessages:
         started (else the final message_delta carries it)."""
         usage = AnthropicUsage(input_tokens=0, output_tokens=0)
         if run is not None:
-            usage = _usage(run)
+            usage = anthropic_usage(run.usage())
         message = Message(id=head.id, model=head.model, content=[], stop_reason=None, usage=usage)
         return [MessageStartEvent(message=message)]
 
@@ -218,11 +223,7 @@ class AnthropicMessages:
             yield event
         yield MessageDeltaEvent(
             delta=MessageDelta(stop_reason=stop_reason(run), stop_sequence=_stop_sequence(run)),
-            usage=MessageDeltaUsage(
-                output_tokens=run.completion_tokens,
-                input_tokens=max(run.prompt_tokens - run.cached_tokens, 0),
-                cache_read_input_tokens=run.cached_tokens,
-            ),
+            usage=final_usage(run.usage()),
         )
         if request is not None and request.thread is not None:
             calls = run.parser.calls if run.parser else []
@@ -292,7 +293,7 @@ def _message(run: ChatRun, text: str, reasoning: str, calls: Sequence[ToolCall])
         content=content,
         stop_reason=stop_reason(run),
         stop_sequence=_stop_sequence(run),
-        usage=_usage(run),
+        usage=anthropic_usage(run.usage()),
     )
 
 
@@ -389,9 +390,20 @@ def _stop_sequence(run: ChatRun) -> str | None:
     return matched if matched is not None and matched in run.chat.params.stop else None
 
 
-def _usage(run: ChatRun) -> AnthropicUsage:
+def anthropic_usage(usage: TokenUsage) -> AnthropicUsage:
+    """The chat's tokens in Anthropic's meaning: ``input_tokens`` those computed, the ones
+    read from the prefix cache apart."""
     return AnthropicUsage(
-        input_tokens=max(run.prompt_tokens - run.cached_tokens, 0),
-        output_tokens=run.completion_tokens,
-        cache_read_input_tokens=run.cached_tokens,
+        input_tokens=usage.computed,
+        output_tokens=usage.completion,
+        cache_read_input_tokens=usage.cached,
+    )
+
+
+def final_usage(usage: TokenUsage) -> MessageDeltaUsage:
+    """The usage of a stream's message_delta (whose message_start may not have had it)."""
+    return MessageDeltaUsage(
+        output_tokens=usage.completion,
+        input_tokens=usage.computed,
+        cache_read_input_tokens=usage.cached,
     )

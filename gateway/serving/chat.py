@@ -15,22 +15,17 @@ import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Literal, Protocol
 
 from gateway.engines.context_length import check_context_length
 from gateway.errors import InvalidRequestError, ShuttingDownError
 from gateway.metrics import GatewayMetrics
-from gateway.protocol.openai import (
-    CompletionTokensDetails,
-    PromptTokensDetails,
-    Usage,
-    completion_id,
-    now,
-)
+from gateway.protocol.openai import completion_id, now
 from gateway.seam.backend import (
     BackendEvent,
     Drafted,
     Finished,
+    FinishReason,
     GenerationRequest,
     PrefillProgress,
     Priority,
@@ -57,6 +52,7 @@ from gateway.serving.tool_calls import (
     ToolParser,
     make_tool_parser,
 )
+from gateway.serving.usage import TokenUsage
 
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's default
 # After the grace period, how long stopped chats get to send their last events.
@@ -72,6 +68,17 @@ class FieldNames:
 
 
 CHAT_FIELDS = FieldNames()  # chat completions' names, the default
+
+# Why a reply ended: the backend's reasons, or a reply of tool calls (each wire format names
+# these in its own words at its edge: ``function_call``, ``tool_use``, ``max_tokens``...).
+ChatFinishReason = FinishReason | Literal["tool_calls"]
+
+
+def plain_finish(reason: ChatFinishReason) -> FinishReason:
+    """The finish of a reply that was offered no tools (legacy completions, tasks), whose
+    reason is never ``tool_calls``."""
+    return "length" if reason == "length" else "stop"
+
 
 # A chat's ticket for a peer made from its final sampling (the max_tokens the context left).
 TicketFor = Callable[[SamplingParams], TicketSpec | None]
@@ -135,15 +142,42 @@ class ChatResult:
     text: str
     calls: list[ToolCall]
     logprobs: list[TokenChoice]
-    finish_reason: str  # "stop" | "length" | "tool_calls"
+    finish_reason: ChatFinishReason
     stop_sequence: str | None
     reasoning: str = ""
 
 
 @dataclass(frozen=True)
+class ChatRequest:
+    """A chat as a wire format (or a task) asks for it, before it is rendered: what
+    ``ChatService.prepare`` checks and renders into a ``PreparedChat``."""
+
+    tier: Tier
+    messages: tuple[ChatMessage, ...]  # empty for a raw ``text_prompt``
+    # As asked, before the prompt's length is known (max_tokens None: the rest of the context).
+    sampling: SamplingParams
+    priority: Priority
+    model_name: str  # as the client named it, echoed in responses
+    chat_id: str | None = None  # the replies' id in the wire format's form (None: chatcmpl-...)
+    session: str | None = None
+    include_usage: bool = False
+    arrived: float = field(default_factory=time.perf_counter)
+    tool_use: ToolUse | None = None
+    text_prompt: TextPrompt | None = None  # a legacy completion's raw prompt
+    thinking: bool | None = None  # the template's thinking switch (None: its default)
+    fields: FieldNames = CHAT_FIELDS
+    # A max_tokens above the gateway's cap is shortened (a task's own) rather than refused
+    # (a client's).
+    clamp_to_cap: bool = False
+    # What the chat is as a ticket for a peer, or how to make one from the final sampling;
+    # None: it runs on this node only.
+    ticket: TicketSpec | TicketFor | None = None
+
+
+@dataclass(frozen=True)
 class PreparedChat:
     """A validated chat, rendered (where the backend renders locally), ready to run; built
-    whole by ``ChatService.prepare_messages``."""
+    whole by ``ChatService.prepare``."""
 
     tier: Tier
     messages: tuple[ChatMessage, ...]
@@ -207,7 +241,7 @@ class ChatRun:
         return self.started.cached_tokens
 
     @property
-    def finish_reason(self) -> str:
+    def finish_reason(self) -> ChatFinishReason:
         # A reply of calls whose arguments all closed is a call, even where max_tokens then
         # cut its closing tag: the client has every argument it asked for.
         calls = self.parser.calls if self.parser is not None else []
@@ -224,22 +258,16 @@ class ChatRun:
     def drafted(self) -> Drafted | None:
         return self.finished.drafted if self.finished is not None else None
 
-    def usage(self) -> Usage:
-        prompt, drafted = self.prompt_tokens, self.drafted
-        details = None
-        if self.splitter is not None or drafted is not None:
-            accepted = drafted.accepted if drafted else 0
-            details = CompletionTokensDetails(
-                reasoning_tokens=self.reasoning_tokens,
-                accepted_prediction_tokens=accepted,
-                rejected_prediction_tokens=drafted.drafted - accepted if drafted else 0,
-            )
-        return Usage(
-            prompt_tokens=prompt,
-            completion_tokens=self.completion_tokens,
-            total_tokens=prompt + self.completion_tokens,
-            prompt_tokens_details=PromptTokensDetails(cached_tokens=self.cached_tokens),
-            completion_tokens_details=details,
+    def usage(self) -> TokenUsage:
+        """The tokens counted so far (all of them once the chat has ended)."""
+        drafted = self.drafted
+        return TokenUsage(
+            prompt=self.prompt_tokens,
+            completion=self.completion_tokens,
+            cached=self.cached_tokens,
+            reasoning=self.reasoning_tokens if self.splitter is not None else None,
+            drafted=drafted.drafted if drafted is not None else None,
+            accepted=drafted.accepted if drafted is not None else None,
         )
 
 
@@ -321,61 +349,36 @@ class ChatService:
         self.closing = False  # shutting down: no new chats
         self.active: dict[str, ChatRun] = {}
 
-    async def prepare_messages(
-        self,
-        tier: Tier,
-        messages: tuple[ChatMessage, ...],
-        sampling: SamplingParams,
-        priority: Priority,
-        *,
-        model_name: str,
-        chat_id: str | None = None,
-        session: str | None = None,
-        include_usage: bool = False,
-        arrived: float | None = None,
-        tool_use: ToolUse | None = None,
-        text_prompt: TextPrompt | None = None,
-        thinking: bool | None = None,
-        fields: FieldNames = CHAT_FIELDS,
-        clamp_to_cap: bool = False,
-        ticket: TicketSpec | TicketFor | None = None,
-    ) -> PreparedChat:
-        """Render ``messages`` (or a raw ``text_prompt``) for ``tier`` and check them; the
-        common path of every wire format and of tasks.
-
-        ``sampling`` is what the caller asked, before the prompt's length is known (its
-        ``max_tokens`` None: the rest of the context). ``thinking``: the template's thinking
-        switch (None: its default). ``clamp_to_cap``: a ``max_tokens`` above the gateway's
-        cap is shortened (a task's own) rather than refused (a client's). ``chat_id``: the
-        id of the replies in the wire format's own form (default ``chatcmpl-...``).
-        ``ticket``: what the chat is as a ticket for a peer, or how to make one from the
-        final sampling; None: it runs on this node only.
-        """
-        arrived = time.perf_counter() if arrived is None else arrived
-        self._check_capabilities(tier, sampling, tool_use, text_prompt, fields)
-        if text_prompt is not None:
-            prompt = await tier.backend.render_text(text_prompt)
+    async def prepare(self, request: ChatRequest) -> PreparedChat:
+        """Render the request's messages (or its raw text prompt) for its tier and check
+        them; the common path of every wire format and of tasks."""
+        tier, sampling, fields = request.tier, request.sampling, request.fields
+        tool_use = request.tool_use
+        self._check_capabilities(tier, sampling, tool_use, request.text_prompt, fields)
+        if request.text_prompt is not None:
+            prompt = await tier.backend.render_text(request.text_prompt)
         else:
             tools = tool_use.tools if tool_use is not None else ()
-            prompt = await tier.backend.render(messages, tools, thinking)
+            prompt = await tier.backend.render(request.messages, tools, request.thinking)
         constrained = self._constrained(prompt, sampling, tool_use, fields)
         await _check_grammar_of(constrained, tool_use, fields)
-        params = self._sampling_params(constrained, tier, prompt, fields, clamp_to_cap)
+        params = self._sampling_params(constrained, tier, prompt, fields, request.clamp_to_cap)
         params, budget = self._with_call_room(params, tier, prompt, tool_use, sampling.max_tokens)
+        ticket = request.ticket
         return PreparedChat(
             tier,
-            messages,
+            request.messages,
             prompt,
             params,
-            priority,
-            arrived,
-            model_name,
-            session,
-            include_usage,
+            request.priority,
+            request.arrived,
+            request.model_name,
+            request.session,
+            request.include_usage,
             tool_use=tool_use,
-            text_prompt=text_prompt,
+            text_prompt=request.text_prompt,
             ticket=ticket(params) if callable(ticket) else ticket,
-            id=chat_id or completion_id(),
+            id=request.chat_id or completion_id(),
             reply_budget=budget,
         )
 

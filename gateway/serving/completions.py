@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
+from dataclasses import replace
 
 from gateway.errors import ShuttingDownError
 from gateway.protocol.completions import (
@@ -14,15 +15,17 @@ from gateway.protocol.completions import (
     CompletionRequest,
     text_completion_id,
 )
-from gateway.seam.backend import Priority, TextPrompt, TokenChoice
+from gateway.seam.backend import FinishReason, Priority, TextPrompt, TokenChoice
 from gateway.serving.chat import (
     DEFAULT_TEMPERATURE,
     CarriedLogprobs,
+    ChatRequest,
     ChatRun,
     ChatService,
     PreparedChat,
+    plain_finish,
 )
-from gateway.serving.openai_chat import openai_sampling
+from gateway.serving.openai_chat import openai_sampling, openai_usage
 
 
 class CompletionsService:
@@ -37,23 +40,24 @@ class CompletionsService:
         arrived = time.perf_counter()
         tier = self.service.registry.resolve(request.model)
         options = request.stream_options
-        sampling = openai_sampling(
-            request,
-            tier.temperature_for(None, DEFAULT_TEMPERATURE),
+        sampling = replace(
+            openai_sampling(request, tier.temperature_for(None, DEFAULT_TEMPERATURE)),
             max_tokens=request.max_tokens,
             top_k=request.top_k or 0,
             logprobs=request.logprobs,
         )
-        return await self.service.prepare_messages(
-            tier,
-            (),
-            sampling,
-            Priority.parse(priority_header or request.priority, Priority.USER),
-            model_name=request.model,
-            chat_id=text_completion_id(),
-            include_usage=bool(options and options.include_usage),
-            arrived=arrived,
-            text_prompt=TextPrompt(request.prompt_text()),
+        return await self.service.prepare(
+            ChatRequest(
+                tier,
+                (),
+                sampling,
+                Priority.parse(priority_header or request.priority, Priority.USER),
+                model_name=request.model,
+                chat_id=text_completion_id(),
+                include_usage=bool(options and options.include_usage),
+                arrived=arrived,
+                text_prompt=TextPrompt(request.prompt_text()),
+            )
         )
 
     async def start(self, chat: PreparedChat) -> ChatRun:
@@ -75,10 +79,10 @@ class CompletionsService:
                 CompletionChoice(
                     text=prefix + result.text,
                     logprobs=logprobs,
-                    finish_reason=result.finish_reason,  # type: ignore[arg-type]
+                    finish_reason=plain_finish(result.finish_reason),
                 )
             ],
-            usage=run.usage(),
+            usage=openai_usage(run.usage()),
         )
 
     async def stream(self, run: ChatRun, echo: bool) -> AsyncGenerator[Completion, None]:
@@ -86,7 +90,9 @@ class CompletionsService:
         wants_logprobs = chat.params.logprobs is not None
 
         def chunk(
-            text: str, finish: str | None = None, logprobs: CompletionLogprobs | None = None
+            text: str,
+            finish: FinishReason | None = None,
+            logprobs: CompletionLogprobs | None = None,
         ) -> Completion:
             return Completion(
                 id=chat.id,
@@ -96,7 +102,7 @@ class CompletionsService:
                     CompletionChoice(
                         text=text,
                         logprobs=logprobs,
-                        finish_reason=finish,  # type: ignore[arg-type]
+                        finish_reason=finish,
                     )
                 ],
             )
@@ -119,14 +125,14 @@ class CompletionsService:
             yield chunk("", "length")
             raise
         tail = legacy_logprobs(carried.pending, offset) if carried.pending else None
-        yield chunk("", run.finish_reason, tail)
+        yield chunk("", plain_finish(run.finish_reason), tail)
         if chat.include_usage:
             yield Completion(
                 id=chat.id,
                 created=chat.created,
                 model=chat.model_name,
                 choices=[],
-                usage=run.usage(),
+                usage=openai_usage(run.usage()),
             )
 
     @staticmethod

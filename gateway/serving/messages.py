@@ -14,8 +14,8 @@ def template_messages(messages: Sequence[WireMessage]) -> tuple[ChatMessage, ...
     """The messages as templates take them; an image, audio or file part is a 400 naming it."""
     for index, message in enumerate(messages):
         part = message.media_part()
-        if part is not None:
-            kind = getattr(message.content[part], "type", "")  # type: ignore[index]
+        if part is not None and isinstance(message.content, list):  # (only a list has parts)
+            kind = getattr(message.content[part], "type", "")
             raise InvalidRequestError(
                 f"messages[{index}].content[{part}] ({kind}): this model takes text only",
                 param=f"messages[{index}].content[{part}]",

@@ -16,7 +16,6 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import replace
-from typing import Any
 
 from gateway.errors import ShuttingDownError
 from gateway.protocol.completions import CompletionRequest
@@ -31,13 +30,17 @@ from gateway.protocol.openai import (
     ChoiceDeltaToolCall,
     ChoiceLogprobs,
     ChunkChoice,
+    CompletionTokensDetails,
     NamedToolChoice,
+    PromptTokensDetails,
     ResponseFunctionCall,
     ResponseToolCall,
     TokenLogprob,
     TopLogprob,
+    Usage,
     completion_id,
 )
+from gateway.protocol.openai import FinishReason as OpenAIFinishReason
 from gateway.seam.backend import Priority, SamplingParams, TicketSpec, TokenChoice
 from gateway.seam.grammar import for_grammar, strict_objects
 from gateway.seam.request_parts import ChatMessage, Grammar
@@ -45,6 +48,8 @@ from gateway.seam.tool_format import ToolChoice
 from gateway.serving.chat import (
     DEFAULT_TEMPERATURE,
     CarriedLogprobs,
+    ChatFinishReason,
+    ChatRequest,
     ChatRun,
     ChatService,
     FieldNames,
@@ -55,6 +60,7 @@ from gateway.serving.chat import (
 from gateway.serving.messages import template_messages, tool_specs
 from gateway.serving.reasoning import ReasoningPiece
 from gateway.serving.tool_calls import CallArguments, CallStart, ReplyPiece
+from gateway.serving.usage import TokenUsage
 
 
 class OpenAIChat:
@@ -74,20 +80,22 @@ class OpenAIChat:
         priority = Priority.parse(priority_header or request.priority, Priority.USER)
         options = request.stream_options
         messages = template_messages(request.messages)
-        prepared = await self.service.prepare_messages(
-            tier,
-            messages,
-            sampling_params(request, tier.temperature_for(None, DEFAULT_TEMPERATURE)),
-            priority,
-            model_name=request.model,
-            chat_id=head.id if head else None,
-            session=request.session,
-            include_usage=bool(options and options.include_usage),
-            arrived=arrived,
-            tool_use=tool_use(request),
-            thinking=thinking_switch(request.reasoning_effort),
-            fields=FieldNames(max_tokens=max_tokens_field(request)),
-            ticket=lambda params: chat_ticket(request, messages, params),
+        prepared = await self.service.prepare(
+            ChatRequest(
+                tier,
+                messages,
+                sampling_params(request, tier.temperature_for(None, DEFAULT_TEMPERATURE)),
+                priority,
+                model_name=request.model,
+                chat_id=head.id if head else None,
+                session=request.session,
+                include_usage=bool(options and options.include_usage),
+                arrived=arrived,
+                tool_use=tool_use(request),
+                thinking=thinking_switch(request.reasoning_effort),
+                fields=FieldNames(max_tokens=max_tokens_field(request)),
+                ticket=lambda params: chat_ticket(request, messages, params),
+            )
         )
         return replace(prepared, created=head.created) if head else prepared
 
@@ -128,11 +136,11 @@ class OpenAIChat:
             choices=[
                 Choice(
                     message=message,
-                    finish_reason=finish_reason(result.finish_reason, legacy),  # type: ignore[arg-type]
+                    finish_reason=finish_reason(result.finish_reason, legacy),
                     logprobs=logprobs,
                 )
             ],
-            usage=run.usage(),
+            usage=openai_usage(run.usage()),
         )
 
     def head(self, request: ChatCompletionRequest) -> StreamHead:
@@ -157,7 +165,9 @@ class OpenAIChat:
         head = _head_of(chat)
 
         def chunk(
-            delta: ChoiceDelta, finish: str | None = None, logprobs: list[TokenChoice] | None = None
+            delta: ChoiceDelta,
+            finish: OpenAIFinishReason | None = None,
+            logprobs: list[TokenChoice] | None = None,
         ) -> ChatCompletionChunk:
             return _chunk(head, delta, finish, logprobs)
 
@@ -187,7 +197,7 @@ class OpenAIChat:
                 created=chat.created,
                 model=chat.model_name,
                 choices=[],
-                usage=run.usage(),
+                usage=openai_usage(run.usage()),
             )
 
 
@@ -198,7 +208,7 @@ def _head_of(chat: PreparedChat) -> StreamHead:
 def _chunk(
     head: StreamHead,
     delta: ChoiceDelta,
-    finish: str | None = None,
+    finish: OpenAIFinishReason | None = None,
     logprobs: list[TokenChoice] | None = None,
 ) -> ChatCompletionChunk:
     return ChatCompletionChunk(
@@ -208,7 +218,7 @@ def _chunk(
         choices=[
             ChunkChoice(
                 delta=delta,
-                finish_reason=finish,  # type: ignore[arg-type]
+                finish_reason=finish,
                 logprobs=openai_logprobs(logprobs) if logprobs else None,
             )
         ],
@@ -223,8 +233,29 @@ def legacy_functions(chat: PreparedChat) -> bool:
     return chat.tool_use is not None and chat.tool_use.param == LEGACY_FUNCTIONS
 
 
-def finish_reason(reason: str, legacy: bool) -> str:
+def finish_reason(reason: ChatFinishReason, legacy: bool) -> OpenAIFinishReason:
+    """The reply's finish in OpenAI's words: a legacy function call's is ``function_call``."""
     return "function_call" if legacy and reason == "tool_calls" else reason
+
+
+def openai_usage(usage: TokenUsage) -> Usage:
+    """The chat's tokens in OpenAI's shape (chat and legacy completions, tasks): details of
+    the completion where the reply has a reasoning section or tokens were drafted."""
+    details = None
+    if usage.reasoning is not None or usage.drafted is not None:
+        accepted = usage.accepted or 0
+        details = CompletionTokensDetails(
+            reasoning_tokens=usage.reasoning or 0,
+            accepted_prediction_tokens=accepted,
+            rejected_prediction_tokens=(usage.drafted or 0) - accepted,
+        )
+    return Usage(
+        prompt_tokens=usage.prompt,
+        completion_tokens=usage.completion,
+        total_tokens=usage.total,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.cached),
+        completion_tokens_details=details,
+    )
 
 
 def call_delta(piece: ReplyPiece | ReasoningPiece, legacy: bool) -> ChoiceDelta | None:
@@ -312,9 +343,8 @@ def sampling_params(
     request: ChatCompletionRequest, default_temperature: float = DEFAULT_TEMPERATURE
 ) -> SamplingParams:
     """The sampling a chat completion request asks for, in the gateway's own terms."""
-    return openai_sampling(
-        request,
-        default_temperature,
+    return replace(
+        openai_sampling(request, default_temperature),
         max_tokens=request.requested_max_tokens(),
         grammar=response_format_grammar(request),
         logprobs=(request.top_logprobs or 0) if request.logprobs else None,
@@ -339,10 +369,9 @@ def thinking_switch(effort: str | None) -> bool | None:
 def openai_sampling(
     request: ChatCompletionRequest | CompletionRequest,
     default_temperature: float = DEFAULT_TEMPERATURE,
-    **specific: Any,
 ) -> SamplingParams:
-    """The sampling fields OpenAI's chat and legacy completions share, with ``specific``
-    (``default_temperature``: the tier's, for a request that sets none)."""
+    """The sampling fields OpenAI's chat and legacy completions share (each sets its own
+    with ``replace``; ``default_temperature``: the tier's, for a request that sets none)."""
     return SamplingParams(
         temperature=default_temperature if request.temperature is None else request.temperature,
         top_p=1.0 if request.top_p is None else request.top_p,
@@ -351,7 +380,6 @@ def openai_sampling(
         presence_penalty=request.presence_penalty or 0.0,
         frequency_penalty=request.frequency_penalty or 0.0,
         logit_bias={int(k): v for k, v in (request.logit_bias or {}).items()},
-        **specific,
     )
 
 

@@ -20,6 +20,7 @@ from gateway.protocol.responses_events import (
 from gateway.serving.chat import DEFAULT_TEMPERATURE, ChatRun, PreparedChat, StreamHead
 from gateway.serving.responses_items import OfferedTools
 from gateway.serving.responses_output import OutputBuilder
+from gateway.serving.usage import TokenUsage
 
 
 class ResponseRun:
@@ -83,17 +84,7 @@ def _response(
     fmt = request.text.format if request.text and request.text.format else None
     usage = None
     if chat is not None and status != "in_progress":
-        run = chat
-        usage = ResponseUsage(
-            input_tokens=run.prompt_tokens,
-            input_tokens_details=InputTokensDetails(cached_tokens=run.cached_tokens),
-            output_tokens=run.completion_tokens,
-            output_tokens_details=OutputTokensDetails(
-                reasoning_tokens=run.reasoning_tokens,
-                accepted_prediction_tokens=run.drafted.accepted if run.drafted else 0,
-            ),
-            total_tokens=run.prompt_tokens + run.completion_tokens,
-        )
+        usage = response_usage(chat.usage())
     choice = request.tool_choice
     return Response(
         id=response_id,
@@ -128,6 +119,20 @@ def _response(
         usage=usage,
         user=request.user,
         metadata=request.metadata or {},
+    )
+
+
+def response_usage(usage: TokenUsage) -> ResponseUsage:
+    """The chat's tokens in the Responses API's shape."""
+    return ResponseUsage(
+        input_tokens=usage.prompt,
+        input_tokens_details=InputTokensDetails(cached_tokens=usage.cached),
+        output_tokens=usage.completion,
+        output_tokens_details=OutputTokensDetails(
+            reasoning_tokens=usage.reasoning or 0,
+            accepted_prediction_tokens=usage.accepted or 0,
+        ),
+        total_tokens=usage.total,
     )
 
 

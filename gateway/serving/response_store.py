@@ -30,12 +30,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from gateway.errors import ServiceUnavailableError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+P = ParamSpec("P")
 SCHEMA_VERSION = 1
 # How long a write waits for another process's lock before the request gets a 503.
 BUSY_SECONDS = 2.0
@@ -111,19 +112,19 @@ class ResponseStore:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="response-store")
         self._db: sqlite3.Connection | None = None
 
-    async def _run(self, work: Callable[..., T], *args: Any) -> T:
+    async def _run(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._thread, functools.partial(self._guarded, work, *args)
+            self._thread, functools.partial(self._guarded, work, *args, **kwargs)
         )
 
-    def _guarded(self, work: Callable[..., T], *args: Any) -> T:
+    def _guarded(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``work`` on the open store (opened again if it could not be before), its disk's
         failures as a 503 that says which file and why."""
         try:
             if self._db is None:
                 self._open()
-            return work(*args)
+            return work(*args, **kwargs)
         except sqlite3.Error as exc:
             raise StoreUnavailableError(
                 f"the response store {self.path} cannot be used: {exc}"

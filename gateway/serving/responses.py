@@ -44,6 +44,7 @@ from gateway.seam.backend import Priority, SamplingParams
 from gateway.seam.request_parts import ChatMessage
 from gateway.serving.chat import (
     DEFAULT_TEMPERATURE,
+    ChatRequest,
     ChatService,
     FieldNames,
     StreamHead,
@@ -112,18 +113,20 @@ class ResponsesService:
             top_p=1.0 if request.top_p is None else request.top_p,
             grammar=text_grammar(request),
         )
-        prepared = await self.service.prepare_messages(
-            tier,
-            messages,
-            sampling,
-            priority,
-            model_name=request.model,
-            chat_id=head.id if head else new_id("resp"),
-            session=request.session,
-            arrived=arrived,
-            tool_use=offered.use,
-            thinking=thinking_switch(effort),
-            fields=FieldNames(max_tokens="max_output_tokens", grammar="text.format"),
+        prepared = await self.service.prepare(
+            ChatRequest(
+                tier,
+                messages,
+                sampling,
+                priority,
+                model_name=request.model,
+                chat_id=head.id if head else new_id("resp"),
+                session=request.session,
+                arrived=arrived,
+                tool_use=offered.use,
+                thinking=thinking_switch(effort),
+                fields=FieldNames(max_tokens="max_output_tokens", grammar="text.format"),
+            )
         )
         if head is not None:
             prepared = replace(prepared, created=head.created)

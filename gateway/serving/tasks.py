@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Literal, TypeVar
 
 from gateway.errors import UnprocessableError
 from gateway.protocol.openai import MAX_STOP_SEQUENCES, shorten
@@ -26,11 +26,27 @@ from gateway.protocol.tasks import (
     TaskRunRequest,
 )
 from gateway.seam.backend import Priority, SamplingParams, TicketSpec
-from gateway.serving.chat import ChatRun, ChatService, FieldNames, PreparedChat
+from gateway.serving.chat import (
+    ChatRequest,
+    ChatRun,
+    ChatService,
+    FieldNames,
+    PreparedChat,
+    plain_finish,
+)
+from gateway.serving.openai_chat import openai_usage
 from gateway.serving.tiers import Tier
 from gateway.tasks.catalogue import TaskPrompts
 from gateway.tasks.definitions import TaskType
-from gateway.tasks.thinking import ThinkingSplitter, parse_output, task_grammar
+from gateway.tasks.thinking import Channel, ThinkingSplitter, parse_output, task_grammar
+
+T = TypeVar("T")
+
+# Each channel of a task's reply as the type of its streamed event.
+DELTA_TYPES: dict[Channel, Literal["thinking.delta", "output.delta"]] = {
+    "thinking": "thinking.delta",
+    "output": "output.delta",
+}
 
 
 @dataclass
@@ -58,26 +74,26 @@ class TaskService:
         args = prompts.check_args(task, request.args)
         tier = prompts.tier_of(task)
         sampling = task.spec.sampling
-        prepared = await self.chat.prepare_messages(
-            tier,
-            prompts.messages(task, args),
-            sampling_arguments(
-                args,
-                SamplingParams(
-                    max_tokens=sampling.max_tokens,
-                    temperature=sampling.temperature,
-                    top_p=sampling.top_p,
-                    grammar=task_grammar(task),
-                ),
-            ),
-            Priority.parse(request.priority or task.spec.priority, Priority.TASK),
-            model_name=tier.name,
-            chat_id=ticket_id,
-            session=request.session,
-            arrived=arrived,
-            fields=FieldNames(grammar="task_type"),
-            clamp_to_cap=True,
-            ticket=TicketSpec(task.id, args) if ticket_id is None else None,
+        own = SamplingParams(
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            grammar=task_grammar(task),
+        )
+        prepared = await self.chat.prepare(
+            ChatRequest(
+                tier,
+                prompts.messages(task, args),
+                sampling_arguments(args, own),
+                Priority.parse(request.priority or task.spec.priority, Priority.TASK),
+                model_name=tier.name,
+                chat_id=ticket_id,
+                session=request.session,
+                arrived=arrived,
+                fields=FieldNames(grammar="task_type"),
+                clamp_to_cap=True,
+                ticket=TicketSpec(task.id, args) if ticket_id is None else None,
+            )
         )
         return task, prepared
 
@@ -90,13 +106,13 @@ class TaskService:
         async with aclosing(self.chat.events(run.chat)) as events:
             async for event in events:
                 for channel, text in run.splitter.feed(event.text):
-                    yield TaskDelta(type=f"{channel}.delta", delta=text)  # type: ignore[arg-type]
+                    yield TaskDelta(type=DELTA_TYPES[channel], delta=text)
         for channel, text in run.splitter.finish():
-            yield TaskDelta(type=f"{channel}.delta", delta=text)  # type: ignore[arg-type]
+            yield TaskDelta(type=DELTA_TYPES[channel], delta=text)
 
     def result(self, run: TaskRun, event: bool = False) -> TaskResult:
         chat = run.chat
-        finish = chat.finish_reason
+        finish = plain_finish(chat.finish_reason)
         output_text = "".join(run.splitter.output)
         try:
             output = parse_output(output_text, run.task.output_schema, finish == "stop")
@@ -110,8 +126,8 @@ class TaskService:
             model=chat.chat.model_name,
             output=output,
             thinking=thinking,
-            finish_reason=finish,  # type: ignore[arg-type]
-            usage=chat.usage(),
+            finish_reason=finish,
+            usage=openai_usage(chat.usage()),
         )
 
     async def complete(self, run: TaskRun) -> TaskResult:
@@ -121,41 +137,61 @@ class TaskService:
         return self.result(run)
 
 
-# Arguments that set sampling, where a task type declares them (the chat task does, so that
-# a chat ticket carries the client's sampling as text).
-SAMPLING_ARGUMENTS = ("max_tokens", "temperature", "top_p", "seed", "stop")
-
-
 def sampling_arguments(args: dict[str, str], sampling: SamplingParams) -> SamplingParams:
-    """``sampling`` with the values of the sampling arguments given (422 when malformed)."""
-    changes: dict[str, Any] = {}
-    for name in SAMPLING_ARGUMENTS:
-        if name not in args:
-            continue
-        text = args[name]
-        try:
-            if name in ("max_tokens", "seed"):
-                changes[name] = int(text)
-            elif name == "stop":
-                stops = json.loads(text)
-                if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-                    raise ValueError("not a JSON list of strings")
-                if len(stops) > MAX_STOP_SEQUENCES:  # as on /v1/chat/completions
-                    raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences")
-                changes[name] = tuple(stops)
-            else:
-                changes[name] = float(text)
-                if not math.isfinite(changes[name]):  # "nan" passes every bound check
-                    raise ValueError(f"not a finite number: {shorten(text)}")
-        except ValueError as exc:
-            raise UnprocessableError(
-                f"argument {name!r} is malformed: {shorten(str(exc))}", param=f"args.{name}"
-            ) from None
-    bounds = {"max_tokens": (1, None), "temperature": (0.0, 2.0), "top_p": (0.0, 1.0)}
-    for name, (low, high) in bounds.items():
-        value = changes.get(name)
-        if value is not None and (value < low or (high is not None and value > high)):
-            raise UnprocessableError(
-                f"argument {name!r} is out of range: {value}", param=f"args.{name}"
-            )
-    return replace(sampling, **changes) if changes else sampling
+    """``sampling`` with the values of the sampling arguments given (422 when malformed):
+    ``max_tokens``, ``temperature``, ``top_p``, ``seed`` and ``stop``, where a task type
+    declares them (the chat task does, so that a chat ticket carries the client's sampling
+    as text)."""
+    max_tokens = _argument(args, "max_tokens", int)
+    temperature = _argument(args, "temperature", _finite)
+    top_p = _argument(args, "top_p", _finite)
+    seed = _argument(args, "seed", int)
+    stop = _argument(args, "stop", _stops)
+    _check_range("max_tokens", max_tokens, 1, None)
+    _check_range("temperature", temperature, 0.0, 2.0)
+    _check_range("top_p", top_p, 0.0, 1.0)
+    if all(value is None for value in (max_tokens, temperature, top_p, seed, stop)):
+        return sampling
+    return replace(
+        sampling,
+        max_tokens=sampling.max_tokens if max_tokens is None else max_tokens,
+        temperature=sampling.temperature if temperature is None else temperature,
+        top_p=sampling.top_p if top_p is None else top_p,
+        seed=sampling.seed if seed is None else seed,
+        stop=sampling.stop if stop is None else stop,
+    )
+
+
+def _argument(args: dict[str, str], name: str, parse: Callable[[str], T]) -> T | None:
+    """The argument ``name`` parsed, if it was given (422 when malformed)."""
+    if name not in args:
+        return None
+    try:
+        return parse(args[name])
+    except ValueError as exc:
+        raise UnprocessableError(
+            f"argument {name!r} is malformed: {shorten(str(exc))}", param=f"args.{name}"
+        ) from None
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # "nan" passes every bound check
+        raise ValueError(f"not a finite number: {shorten(text)}")
+    return value
+
+
+def _stops(text: str) -> tuple[str, ...]:
+    stops = json.loads(text)
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise ValueError("not a JSON list of strings")
+    if len(stops) > MAX_STOP_SEQUENCES:  # as on /v1/chat/completions
+        raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences")
+    return tuple(stops)
+
+
+def _check_range(name: str, value: float | None, low: float, high: float | None) -> None:
+    if value is not None and (value < low or (high is not None and value > high)):
+        raise UnprocessableError(
+            f"argument {name!r} is out of range: {value}", param=f"args.{name}"
+        )

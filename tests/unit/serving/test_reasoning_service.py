@@ -26,7 +26,7 @@ from gateway.seam.reasoning import ReplyFormat
 from gateway.seam.request_parts import ChatMessage, Grammar
 from gateway.seam.tool_format import Marker
 from gateway.serving.anthropic import AnthropicMessages
-from gateway.serving.chat import ChatService
+from gateway.serving.chat import ChatRequest, ChatService
 from gateway.serving.hints import HintService
 from gateway.serving.openai_chat import OpenAIChat
 from gateway.serving.tiers import Tier, TierRegistry
@@ -101,12 +101,14 @@ async def test_a_tasks_own_grammar_is_not_opened_by_force() -> None:
     chat_service, _ = service()
     tier = chat_service.registry.resolve("fast")
     own = Grammar("lark", 'start: "<thought>" /[a-z]{0,5}/ "</thought>"')
-    prepared = await chat_service.prepare_messages(
-        tier,
-        ({"role": "user", "content": "Hi"},),
-        SamplingParams(grammar=own),
-        Priority.TASK,
-        model_name="fast",
+    prepared = await chat_service.prepare(
+        ChatRequest(
+            tier,
+            ({"role": "user", "content": "Hi"},),
+            SamplingParams(grammar=own),
+            Priority.TASK,
+            model_name="fast",
+        )
     )
     assert prepared.params.grammar is own and not prepared.params.open_reasoning
 
