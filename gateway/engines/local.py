@@ -438,18 +438,6 @@ class LocalBackend:
             if offset > 0:
                 self.prefix_store.insert(self.tier, PromptState(cache, tuple(tokens[:offset])))
 
-    def note_typing(self, holder: str) -> None:
-        self.scheduler.typing.note_typing(holder)
-
-    def end_typing(self, holder: str) -> None:
-        self.scheduler.typing.end_typing(holder)
-
-    def hold_prefill_freeze(self, holder: str) -> None:
-        self.scheduler.typing.hold_prefill_freeze(holder)
-
-    def release_prefill_freeze(self, holder: str) -> None:
-        self.scheduler.typing.release_prefill_freeze(holder)
-
     # -- state -------------------------------------------------------------------------------
 
     async def health(self) -> BackendHealth:

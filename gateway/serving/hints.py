@@ -15,9 +15,10 @@ tokens, following the design's state machine (``shared/MISSION.md`` point 3)::
 
 The cache itself is found by token prefix in the backend's store, so a hint that does not
 match the request is simply not used. While a hint is queued, computing or ready it holds
-the slot's prefill freeze; each hint also (re)closes the typing lock. Hints work on tiers
-whose backend can warm a cache (``capabilities.typing_hints``); this service reaches them
-only through the request-level seam (``gateway.seam.backend.Warmable``).
+the slot's prefill freeze; each hint also (re)closes the typing lock, both through the
+scheduler's ``TypingGates`` handle (one slot, so one set of gates for every tier). Hints work
+on tiers whose backend can warm a cache (``capabilities.typing_hints``); this service reaches
+them only through the request-level seam (``gateway.seam.backend.Warmable``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.hints import TypingHint, TypingHintRequest
 from gateway.protocol.openai import shorten
-from gateway.seam.backend import SamplingParams, Started, Warmable, Warmup
+from gateway.scheduler.gates import TypingGates
+from gateway.seam.backend import SamplingParams, Started, Warmup
 from gateway.seam.request_parts import ChatMessage, ToolSpec
 from gateway.serving.messages import template_messages, tool_specs
 from gateway.serving.speculation import GREEDY, Speculation, Speculator
@@ -75,7 +77,6 @@ class Hint:
     expires_at: float  # until ready: an estimate (idle time counts from readiness)
     state: PrefillState = PrefillState.QUEUED
     cached_tokens: int = 0
-    backend: Warmable | None = None
     warmup: Warmup | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     mismatch_counted: bool = False
@@ -119,8 +120,11 @@ class HintService:
         idle_seconds: float,
         task_prompts: TaskPrompts[Tier] | None = None,
         speculator: Speculator | None = None,
+        *,
+        gates: TypingGates,
     ) -> None:
         self.registry = registry
+        self.gates = gates  # the slot's typing lock and prefill freeze
         self.speculator = speculator
         self.metrics = metrics
         self.idle_seconds = idle_seconds
@@ -153,7 +157,6 @@ class HintService:
             tokens=tuple(tokens),
             created_at=now,
             expires_at=now + self.idle_seconds,
-            backend=backend,
             tools=tools,
         )
         if request.task is None and request.draft and request.draft.strip():
@@ -164,12 +167,12 @@ class HintService:
             )
             if hint.sampling.temperature == 0 or request.seed is not None:  # reproducible
                 hint.answer_to = (*messages, {"role": "user", "content": request.draft})
-        backend.note_typing(hint.id)
-        backend.hold_prefill_freeze(hint.id)
+        self.gates.note_typing(hint.id)
+        self.gates.hold_prefill_freeze(hint.id)
         try:
             hint.warmup = await backend.warm(hint.id, tokens, request.session)
         except GatewayError:
-            backend.release_prefill_freeze(hint.id)
+            self.gates.release_prefill_freeze(hint.id)
             raise
         previous = self.by_session.get(request.session) if request.session else None
         if previous is not None and previous.state in ACTIVE:
@@ -331,15 +334,13 @@ class HintService:
             hint.warmup.cancel()
         if hint.expiry is not None:
             hint.expiry.cancel()
-        if hint.backend is not None:
-            hint.backend.release_prefill_freeze(hint.id)
+        self.gates.release_prefill_freeze(hint.id)
         self.metrics.typing_hints.labels(state.value).inc()
         if self.by_session.get(hint.session or "") is hint:
             del self.by_session[hint.session or ""]
 
     def _typing_over(self, hint: Hint) -> None:
-        if hint.backend is not None:
-            hint.backend.end_typing(hint.id)
+        self.gates.end_typing(hint.id)
 
     def _expire(self, hint: Hint) -> None:
         if hint.state in ACTIVE:

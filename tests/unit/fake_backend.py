@@ -61,6 +61,28 @@ class FakeWarmup:
         return self.done
 
 
+class FakeTypingGates:
+    """The slot's typing signals (``gateway.scheduler.gates.TypingGates``), recorded."""
+
+    def __init__(self) -> None:
+        self.freeze_holders: set[str] = set()
+        self.typing_notes = 0
+        self.typing_holders: set[str] = set()
+
+    def note_typing(self, holder: str) -> None:
+        self.typing_notes += 1
+        self.typing_holders.add(holder)
+
+    def end_typing(self, holder: str) -> None:
+        self.typing_holders.discard(holder)
+
+    def hold_prefill_freeze(self, holder: str) -> None:
+        self.freeze_holders.add(holder)
+
+    def release_prefill_freeze(self, holder: str) -> None:
+        self.freeze_holders.discard(holder)
+
+
 class FakeBackend:
     """Records what the services asked of it."""
 
@@ -89,9 +111,8 @@ class FakeBackend:
         )
         self.requests: list[GenerationRequest] = []
         self.warmups: list[FakeWarmup] = []
-        self.freeze_holders: set[str] = set()
-        self.typing_notes = 0
-        self.typing_holders: set[str] = set()
+        # The gates of the slot this fake tier runs in (given to the hint service).
+        self.gates = FakeTypingGates()
         self.closed_streams = 0
         self.fail_before_start: Exception | None = None
         self.release_tokens = asyncio.Event()
@@ -147,16 +168,3 @@ class FakeBackend:
         warmup = FakeWarmup(tuple(tokens))
         self.warmups.append(warmup)
         return warmup
-
-    def note_typing(self, holder: str) -> None:
-        self.typing_notes += 1
-        self.typing_holders.add(holder)
-
-    def end_typing(self, holder: str) -> None:
-        self.typing_holders.discard(holder)
-
-    def hold_prefill_freeze(self, holder: str) -> None:
-        self.freeze_holders.add(holder)
-
-    def release_prefill_freeze(self, holder: str) -> None:
-        self.freeze_holders.discard(holder)

@@ -72,10 +72,10 @@ async def test_everything_but_generate_is_the_wrapped_backends() -> None:
     messages = ({"role": "user", "content": "hi"},)
     assert await backend.render(messages) == await local.render(messages)
     assert (await backend.health()).state == "loaded"
-    backend.note_typing("hint-1")  # a Warmable method, passed through
-    assert local.typing_notes == 1 and local.typing_holders == {"hint-1"}
-    backend.end_typing("hint-1")
-    assert local.typing_holders == set()
+    fixed = await backend.render_fixed_prefix(messages, None)  # a Warmable method, passed through
+    assert fixed == await local.render_fixed_prefix(messages, None)
+    warmup = await backend.warm("hint-1", fixed)
+    assert local.warmups == [warmup]
 
 
 def test_dispatch_to_peers_wraps_every_tier_and_keeps_the_names() -> None:
