@@ -18,7 +18,7 @@ match the request is simply not used. While a hint is queued, computing or ready
 the slot's prefill freeze; each hint also (re)closes the typing lock, both through the
 scheduler's ``TypingGates`` handle (one slot, so one set of gates for every tier). Hints work
 on tiers whose backend can warm a cache (``capabilities.typing_hints``); this service reaches
-them only through the request-level seam (``gateway.seam.backend.Warmable``).
+them only through the request-level seam (the backend's ``warmer()``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from gateway.engines.context_length import check_context_length
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
@@ -38,7 +37,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.protocol.hints import TypingHint, TypingHintRequest
 from gateway.protocol.openai import shorten
 from gateway.scheduler.gates import TypingGates
-from gateway.seam.backend import SamplingParams, Started, Warmup
+from gateway.seam.backend import SamplingParams, Started, Warmer, Warmup
 from gateway.seam.request_parts import ChatMessage, ToolSpec
 from gateway.serving.messages import template_messages, tool_specs
 from gateway.serving.speculation import GREEDY, Speculation, Speculator
@@ -141,11 +140,10 @@ class HintService:
     # -- the hint API ----------------------------------------------------------------------------
 
     async def post(self, request: TypingHintRequest) -> Hint:
-        messages, tier = await self._warmable_conversation(request)
-        backend: Any = tier.backend  # a Warmable: its capabilities say so
+        messages, tier, warmer = await self._warmable_conversation(request)
         tools = tool_specs(request.tools)
-        tokens = await backend.render_fixed_prefix(messages, request.draft, tools)
-        context = tier.backend.context_length
+        tokens = await warmer.render_fixed_prefix(messages, request.draft, tools)
+        context = tier.backend.limits().context_length
         if context is not None:  # room for the answer's first token
             check_context_length(context, len(tokens))
         now = time.time()
@@ -170,7 +168,7 @@ class HintService:
         self.gates.note_typing(hint.id)
         self.gates.hold_prefill_freeze(hint.id)
         try:
-            hint.warmup = await backend.warm(hint.id, tokens, request.session)
+            hint.warmup = await warmer.warm(hint.id, tokens, request.session)
         except GatewayError:
             self.gates.release_prefill_freeze(hint.id)
             raise
@@ -186,9 +184,9 @@ class HintService:
 
     async def _warmable_conversation(
         self, request: TypingHintRequest
-    ) -> tuple[tuple[ChatMessage, ...], Tier]:
-        """The hint's whole conversation (a stored one it continues first) and its tier,
-        which must be able to warm a cache."""
+    ) -> tuple[tuple[ChatMessage, ...], Tier, Warmer]:
+        """The hint's whole conversation (a stored one it continues first), its tier and
+        the tier's warmer (a tier that cannot warm a cache is refused)."""
         messages, tier = self._conversation(request)
         if request.previous_response_id is not None:
             if self.stored_conversation is None:
@@ -199,13 +197,14 @@ class HintService:
                 request.previous_response_id, request.instructions
             )
             messages = (*stored, *messages)
-        if not tier.backend.capabilities.typing_hints:
+        info, warmer = tier.backend.info, tier.backend.warmer()
+        if warmer is None or not info.capabilities.typing_hints:
             raise InvalidRequestError(
-                f"tier {tier.name!r} ({tier.backend.kind} backend) cannot pre-compute typing "
+                f"tier {tier.name!r} ({info.kind} backend) cannot pre-compute typing "
                 "hints; use a local tier",
                 param="model",
             )
-        return messages, tier
+        return messages, tier, warmer
 
     def _conversation(self, request: TypingHintRequest) -> tuple[tuple[ChatMessage, ...], Tier]:
         """The messages a hint warms and the tier that will run them."""

@@ -195,7 +195,7 @@ async def close_backends(backends: list[Backend]) -> None:
             try:
                 await backend.persist()
             except Exception:  # a full disk must not stop the shutdown
-                log.exception("tier %s: prefix caches not saved", backend.tier)
+                log.exception("tier %s: prefix caches not saved", backend.info.tier)
         await backend.close()
 
 

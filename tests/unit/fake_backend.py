@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from gateway.seam.backend import (
     BackendEvent,
     BackendHealth,
+    BackendInfo,
     BackendKind,
     Capabilities,
     Finished,
     GenerationRequest,
+    ModelLimits,
     PrefillProgress,
     Prompt,
     Started,
@@ -84,7 +86,10 @@ class FakeTypingGates:
 
 
 class FakeBackend:
-    """Records what the services asked of it."""
+    """Records what the services asked of it; its own warmer, and no embedder.
+
+    ``info`` and ``limits()`` are read from plain attributes a test may change.
+    """
 
     kind: BackendKind = "mlx"
     model_id = "fake-model"
@@ -117,6 +122,19 @@ class FakeBackend:
         self.fail_before_start: Exception | None = None
         self.release_tokens = asyncio.Event()
         self.release_tokens.set()
+
+    @property
+    def info(self) -> BackendInfo:
+        return BackendInfo(self.kind, self.tier, self.model_id, self.capabilities)
+
+    def limits(self) -> ModelLimits:
+        return ModelLimits(self.context_length, self.vocab_size)
+
+    def warmer(self) -> FakeBackend | None:
+        return self if self.capabilities.typing_hints else None
+
+    def embedder(self) -> None:
+        return None
 
     async def render(
         self,
@@ -155,7 +173,7 @@ class FakeBackend:
     async def close(self) -> None:
         pass
 
-    # -- Warmable ------------------------------------------------------------------------
+    # -- Warmer ---------------------------------------------------------------------------
 
     async def render_fixed_prefix(
         self, messages: Sequence[ChatMessage], draft: str | None, tools: Sequence[object] = ()

@@ -11,6 +11,7 @@ from gateway.seam.backend import (
     BackendEvent,
     Finished,
     GenerationRequest,
+    ModelLimits,
     Prompt,
     SamplingParams,
     Started,
@@ -66,15 +67,19 @@ async def test_requests_a_peer_cannot_take_run_on_the_wrapped_backend() -> None:
 async def test_everything_but_generate_is_the_wrapped_backends() -> None:
     local = FakeBackend(tier="fast")
     backend = PeerDispatch(local, RecordingDispatcher())  # type: ignore[arg-type]
-    assert (backend.kind, backend.tier, backend.model_id) == ("mlx", "fast", "fake-model")
-    assert backend.capabilities is local.capabilities
-    assert (backend.context_length, backend.vocab_size) == (10_000, 256)
+    info = backend.info
+    assert (info.kind, info.tier, info.model_id) == ("mlx", "fast", "fake-model")
+    assert info.capabilities is local.capabilities
+    assert backend.limits() == ModelLimits(10_000, 256)
     messages = ({"role": "user", "content": "hi"},)
     assert await backend.render(messages) == await local.render(messages)
     assert (await backend.health()).state == "loaded"
-    fixed = await backend.render_fixed_prefix(messages, None)  # a Warmable method, passed through
+    # The optional parts are the wrapped backend's own, typed (no attribute passed through).
+    warmer = backend.warmer()
+    assert warmer is local and backend.embedder() is None
+    fixed = await warmer.render_fixed_prefix(messages, None)
     assert fixed == await local.render_fixed_prefix(messages, None)
-    warmup = await backend.warm("hint-1", fixed)
+    warmup = await warmer.warm("hint-1", fixed)
     assert local.warmups == [warmup]
 
 
