@@ -195,7 +195,7 @@ async def close_backends(backends: list[Backend]) -> None:
             try:
                 await backend.persist()
             except Exception:  # a full disk must not stop the shutdown
-                log.exception("tier %s: prefix caches not saved", backend.tier)
+                log.exception("tier %s: prefix caches not saved", backend.info.tier)
         await backend.close()
 
 
@@ -216,7 +216,14 @@ async def open_serving(
     task_prompts = TaskPrompts(catalog, registry)
     cache = settings.cache
     speculator = Speculator(metrics, cache.speculate_after_seconds, cache.speculate_tokens)
-    hints = HintService(registry, metrics, cache.hint_idle_seconds, task_prompts, speculator)
+    hints = HintService(
+        registry,
+        metrics,
+        cache.hint_idle_seconds,
+        task_prompts,
+        speculator,
+        gates=runtime.scheduler.typing,
+    )
     chat = ChatService(registry, metrics, hints, settings.max_completion_tokens)
     tasks = TaskService(task_prompts, chat)
     responses = ResponsesService(chat, stored.responses, settings.responses.unsupported_tools)

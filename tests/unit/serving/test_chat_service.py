@@ -11,7 +11,7 @@ from gateway.serving.chat import ChatService
 from gateway.serving.hints import HintService
 from gateway.serving.openai_chat import OpenAIChat
 from gateway.serving.tiers import Tier, TierRegistry
-from tests.unit.fake_backend import ANSWER, FakeBackend
+from tests.unit.fake_backend import ANSWER, FakeBackend, FakeTypingGates
 
 
 def make(backend: FakeBackend | None = None) -> tuple[OpenAIChat, FakeBackend, GatewayMetrics]:
@@ -22,7 +22,9 @@ def make(backend: FakeBackend | None = None) -> tuple[OpenAIChat, FakeBackend, G
         "fast",
     )
     metrics = GatewayMetrics()
-    service = ChatService(registry, metrics, HintService(registry, metrics, 60))
+    service = ChatService(
+        registry, metrics, HintService(registry, metrics, 60, gates=FakeTypingGates())
+    )
     return OpenAIChat(service), backend, metrics
 
 

@@ -24,7 +24,7 @@ from gateway.serving.chat import ChatService
 from gateway.serving.completions import CompletionsService
 from gateway.serving.hints import HintService
 from gateway.serving.tiers import Tier, TierRegistry
-from tests.unit.fake_backend import ANSWER, FakeBackend
+from tests.unit.fake_backend import ANSWER, FakeBackend, FakeTypingGates
 
 PROMPT = "Once upon"
 
@@ -61,7 +61,9 @@ def make(
         "fast",
     )
     metrics = GatewayMetrics()
-    chat = ChatService(registry, metrics, HintService(registry, metrics, 60))
+    chat = ChatService(
+        registry, metrics, HintService(registry, metrics, 60, gates=FakeTypingGates())
+    )
     return CompletionsService(chat), backend
 
 
