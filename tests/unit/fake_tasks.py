@@ -77,5 +77,5 @@ def make_task_service(tmp_path: Path) -> tuple[TaskService, dict[str, ScriptedBa
     tiers = {name: Tier(name, backend, 0) for name, backend in backends.items()}
     registry = TierRegistry(tiers, {}, "fast")  # type: ignore[arg-type]
     metrics = GatewayMetrics()
-    chat = ChatService(registry, metrics, HintService(registry, metrics, 60))
+    chat = ChatService(registry, metrics.generation, HintService(registry, metrics.hints, 60))
     return TaskService(TaskPrompts(TaskCatalog.load([tmp_path]), registry), chat), backends

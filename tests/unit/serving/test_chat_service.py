@@ -22,7 +22,7 @@ def make(backend: FakeBackend | None = None) -> tuple[OpenAIChat, FakeBackend, G
         "fast",
     )
     metrics = GatewayMetrics()
-    service = ChatService(registry, metrics, HintService(registry, metrics, 60))
+    service = ChatService(registry, metrics.generation, HintService(registry, metrics.hints, 60))
     return OpenAIChat(service), backend, metrics
 
 
@@ -32,7 +32,7 @@ def request(**fields: object) -> ChatCompletionRequest:
 
 
 def counted(metrics: GatewayMetrics, outcome: str) -> float:
-    return metrics.tier_requests.labels("fast", "mlx", outcome)._value.get()
+    return metrics.generation.tier_requests.labels("fast", "mlx", outcome)._value.get()
 
 
 async def test_complete_joins_tokens_and_reports_usage() -> None:

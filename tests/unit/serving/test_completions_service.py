@@ -61,7 +61,7 @@ def make(
         "fast",
     )
     metrics = GatewayMetrics()
-    chat = ChatService(registry, metrics, HintService(registry, metrics, 60))
+    chat = ChatService(registry, metrics.generation, HintService(registry, metrics.hints, 60))
     return CompletionsService(chat), backend
 
 

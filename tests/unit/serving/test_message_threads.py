@@ -37,7 +37,7 @@ def make(store: ResponseStore) -> tuple[AnthropicMessages, FakeBackend]:
     backend = FakeBackend(structured_output=True)
     registry = TierRegistry({"m": Tier("m", backend, 0)}, {}, "m")  # type: ignore[arg-type]
     metrics = GatewayMetrics()
-    chat = ChatService(registry, metrics, HintService(registry, metrics, 60))
+    chat = ChatService(registry, metrics.generation, HintService(registry, metrics.hints, 60))
     return AnthropicMessages(chat, store), backend
 
 

@@ -63,7 +63,8 @@ def service() -> tuple[ChatService, ThinkingBackend]:
     backend = ThinkingBackend()
     registry = TierRegistry({"fast": Tier("fast", backend, 0)}, {}, "fast")  # type: ignore[arg-type]
     metrics = GatewayMetrics()
-    return ChatService(registry, metrics, HintService(registry, metrics, 60)), backend
+    hints = HintService(registry, metrics.hints, 60)
+    return ChatService(registry, metrics.generation, hints), backend
 
 
 def chat_request(**fields: object) -> ChatCompletionRequest:
