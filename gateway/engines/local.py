@@ -15,7 +15,6 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from gateway.engines.context_length import check_context_length
-from gateway.engines.embedding import EmbeddingInput, Embeddings
 from gateway.engines.prefix_boundaries import RecurringPrefixes, system_boundary
 from gateway.engines.prefix_disk import DiskPrefixes
 from gateway.engines.prefix_store import PrefixCacheStore
@@ -28,15 +27,20 @@ from gateway.scheduler.slot import Scheduler
 from gateway.seam.backend import (
     BackendEvent,
     BackendHealth,
-    BackendKind,
+    BackendInfo,
     Capabilities,
+    Described,
+    Embedder,
     GenerationRequest,
+    ModelLimits,
     PrefillProgress,
     Priority,
     Prompt,
     Started,
     TextPrompt,
+    Warmer,
 )
+from gateway.seam.embedding import EmbeddingInput, Embeddings
 from gateway.seam.request_parts import ChatMessage, ToolSpec
 
 log = logging.getLogger(__name__)
@@ -142,9 +146,7 @@ class LocalWarmup:
 
 
 class LocalBackend:
-    """One local tier (kind ``mlx``)."""
-
-    kind: BackendKind = "mlx"
+    """One local tier (kind ``mlx``); its own warmer (typing hints) and embedder."""
 
     def __init__(
         self,
@@ -157,14 +159,13 @@ class LocalBackend:
     ) -> None:
         self.tier = tier
         self.disk = disk if disk is not None and disk.enabled else None
-        self.model_id = resident.model_id
         self.resident = resident
         self.models = models
         self.scheduler = scheduler
         self.prefix_store = prefix_store
         # System messages seen lately: their end is saved to disk as an entry of its own.
         self.recurring = RecurringPrefixes()
-        self.capabilities = Capabilities(
+        capabilities = Capabilities(
             prefix_cache=prefix_store.enabled,
             typing_hints=prefix_store.enabled,  # a warmed cache lives in the store
             token_ids=True,
@@ -173,23 +174,27 @@ class LocalBackend:
             text_prompts=True,
             local_slot=True,
         )
+        self.info = BackendInfo("mlx", tier, resident.model_id, capabilities)
         self._jobs: dict[str, JobHandle] = {}
         # Known after the first load; kept across unloads (the model does not change).
-        self._context_length: int | None = None
-        self._vocab_size: int | None = None
+        self._limits = ModelLimits()
 
         def forget_caches() -> None:  # an unloaded model's KV caches are memory to return
             prefix_store.drop_model(tier)
 
         resident.on_unload.append(forget_caches)
 
-    @property
-    def context_length(self) -> int | None:
-        return self._context_length
+    def limits(self) -> ModelLimits:
+        return self._limits
 
-    @property
-    def vocab_size(self) -> int | None:
-        return self._vocab_size
+    def warmer(self) -> Warmer | None:
+        return self if self.info.capabilities.typing_hints else None
+
+    def embedder(self) -> Embedder:
+        return self
+
+    def _learn_limits(self, runner: ModelRunner) -> None:
+        self._limits = ModelLimits(runner.context_length, runner.vocab_size)
 
     # -- prompts -----------------------------------------------------------------------------
 
@@ -243,7 +248,7 @@ class LocalBackend:
         tokenized (which takes seconds for megabytes).
         """
         runner = await self.models.acquire(self.resident)
-        self._context_length, self._vocab_size = runner.context_length, runner.vocab_size
+        self._learn_limits(runner)
         try:
             fewest = fewest_tokens(characters, runner)
             check_context_length(runner.context_length, fewest, 0, at_least=True)
@@ -378,11 +383,11 @@ class LocalBackend:
     async def embed(
         self, inputs: Sequence[EmbeddingInput], priority: Priority = Priority.TASK
     ) -> Embeddings:
-        """All inputs as one job in the slot (``gateway.engines.embedding``), computed one by
+        """All inputs as one job in the slot (``gateway.seam.embedding``), computed one by
         one: a step per input, where a user job may pause it or a client cancel it."""
         runner = await self.models.acquire(self.resident, priority)
         try:
-            self._context_length, self._vocab_size = runner.context_length, runner.vocab_size
+            self._learn_limits(runner)
             token_lists = await asyncio.to_thread(_embedding_tokens, runner, inputs)
 
             def work() -> Iterator[list[float]]:
@@ -438,25 +443,13 @@ class LocalBackend:
             if offset > 0:
                 self.prefix_store.insert(self.tier, PromptState(cache, tuple(tokens[:offset])))
 
-    def note_typing(self, holder: str) -> None:
-        self.scheduler.typing.note_typing(holder)
-
-    def end_typing(self, holder: str) -> None:
-        self.scheduler.typing.end_typing(holder)
-
-    def hold_prefill_freeze(self, holder: str) -> None:
-        self.scheduler.typing.hold_prefill_freeze(holder)
-
-    def release_prefill_freeze(self, holder: str) -> None:
-        self.scheduler.typing.release_prefill_freeze(holder)
-
     # -- state -------------------------------------------------------------------------------
 
     async def health(self) -> BackendHealth:
         resident = self.resident
         return BackendHealth(
-            kind=self.kind,
-            model=self.model_id,
+            kind=self.info.kind,
+            model=self.info.model_id,
             loaded=resident.runner is not None,
             state=resident.state,
             memory_bytes=resident.loaded_bytes,
@@ -510,7 +503,7 @@ def fewest_tokens(characters: int, runner: ModelRunner) -> int:
     return -(-characters // runner.max_token_chars)
 
 
-def _weights_health(resident: Resident) -> dict[str, Any] | None:
+def _weights_health(resident: Resident) -> Described | None:
     """The form of the weights; with streamed experts, their live hit ratio and reads too."""
     if resident.weights is None:
         return None

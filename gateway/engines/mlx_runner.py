@@ -26,6 +26,7 @@ from gateway.engines.logprobs import TokenSpeller
 from gateway.engines.mlx_decode import DecodeLoop, DecodeStep, pass_points
 from gateway.engines.pass_timing import PassTiming
 from gateway.engines.prefix_disk import weights_fingerprint
+from gateway.engines.prefix_tokens import PrefixTokenizer
 from gateway.engines.prompt_lookup import PromptLookup
 from gateway.engines.reasoning_section import ReasoningSection
 from gateway.engines.runner import KVCache, PromptState
@@ -282,10 +283,8 @@ class MLXRunner:
             maybe_set_recommended_wired_limit()
         self.context_length = int(config.get("max_position_embeddings", 2048))
         self.vocab_size = int(config["vocab_size"])
-        self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
         self.default_stop = default_stop
-        # (Byte-level vocabularies spell a byte as one character: an upper bound on the text.)
-        self.max_token_chars = max(len(t) for t in self.tokenizer.get_vocab())
+        self._read_tokenizer()
         self.prefill_chunk_tokens = prefill_chunk_tokens(compute, self.weights)
         # The pace of its passes, and who may arrive as the scheduler sees it: each prefill
         # chunk's budget (small while a user may be waiting) and whether a decode step may
@@ -296,9 +295,6 @@ class MLXRunner:
         # model, where one is given, drafts instead of the lookup.
         self.speculation = speculation if draft_folder is None else "draft_model"
         self.draft_model: Any = self._load_draft(draft_folder) if draft_folder else None
-        self.template_knows_tools = template_knows_tools(
-            getattr(self.tokenizer, "chat_template", None)
-        )
         self._speller: TokenSpeller | None = None  # built on the first request for logprobs
         self._warm_up()
         # Sequences decoding together (``gateway.engines.batch_decode``), as many as the
@@ -310,6 +306,18 @@ class MLXRunner:
         self.timing.pacing = pacing
         mx.reset_peak_memory()  # report the serving peak, not the load-time conversion
         log.info("model %s ready on %s", model_id, compute.as_dict())
+
+    def _read_tokenizer(self) -> None:
+        """What the runner keeps of its tokenizer: its end tokens, its longest token, whether
+        its template knows tools, and a tokenizer of rendered chats that reuses a recent
+        text's ids (``gateway.engines.prefix_tokens``)."""
+        self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
+        # (Byte-level vocabularies spell a byte as one character: an upper bound on the text.)
+        self.max_token_chars = max(len(t) for t in self.tokenizer.get_vocab())
+        self.template_knows_tools = template_knows_tools(
+            getattr(self.tokenizer, "chat_template", None)
+        )
+        self.prefix_tokenizer = prefix_tokenizer_of(self.tokenizer)
 
     def _load_draft(self, folder: Path) -> Any:
         """A draft model, in the form of this model's weights (the tokenizers were compared
@@ -383,9 +391,12 @@ class MLXRunner:
             list(messages),
             add_generation_prompt=add_generation_prompt and not continue_final_message,
             continue_final_message=continue_final_message,
-            tokenize=True,
+            tokenize=self.prefix_tokenizer is None,
             **extra,
         )
+        if self.prefix_tokenizer is not None:
+            # The text's start was tokenized for an earlier turn: only the rest is now.
+            return self.prefix_tokenizer.encode(str(rendered))
         if isinstance(rendered, Mapping):  # some transformers versions return a BatchEncoding
             rendered = rendered["input_ids"]
         return [int(t) for t in rendered]
@@ -552,6 +563,14 @@ class MLXRunner:
         if self.draft_model is not None:
             return DraftModel(self.draft_model), DraftPolicy(MAX_MODEL_DRAFT_TOKENS)
         return PromptLookup(), DraftPolicy(MAX_DRAFT_TOKENS)
+
+
+def prefix_tokenizer_of(tokenizer: Any) -> PrefixTokenizer | None:
+    """A rendered chat's tokenizer that reuses a recent text's ids (``prefix_tokens``): for
+    a fast (Rust) Hugging Face tokenizer, as chat templates tokenize (no special tokens
+    added); None otherwise (the template tokenizes)."""
+    backend = getattr(getattr(tokenizer, "_tokenizer", None), "backend_tokenizer", None)
+    return PrefixTokenizer(backend) if backend is not None else None
 
 
 def prefill_chunk_tokens(compute: ComputePath, weights: WeightsMode) -> int:

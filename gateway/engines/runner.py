@@ -130,7 +130,7 @@ class ModelRunner(Protocol):
 
     def embed(self, tokens: Sequence[int]) -> list[float]:
         """The unit-length mean of the last hidden state (after the final norm) over
-        ``tokens``, computed alone (``gateway.engines.embedding``)."""
+        ``tokens``, computed alone (``gateway.seam.embedding``)."""
         ...
 
     def close(self) -> None:

@@ -33,15 +33,18 @@ from gateway.scheduler.slot import Scheduler
 from gateway.seam.backend import (
     BackendEvent,
     BackendHealth,
-    BackendKind,
+    BackendInfo,
     Capabilities,
+    Embedder,
     Finished,
     FinishReason,
     GenerationRequest,
+    ModelLimits,
     Prompt,
     Started,
     TextPrompt,
     TokenEvent,
+    Warmer,
 )
 from gateway.seam.request_parts import ChatMessage, ToolSpec
 
@@ -67,10 +70,7 @@ def is_loopback_url(url: str) -> bool:
 
 
 class OpenAIUpstreamBackend:
-    """One tier of kind ``openai``."""
-
-    kind: BackendKind = "openai"
-    vocab_size = None
+    """One tier of kind ``openai``: no warmer, no embedder (its model is not this Mac's)."""
 
     def __init__(
         self,
@@ -81,12 +81,12 @@ class OpenAIUpstreamBackend:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.tier = tier
-        self.model_id = config.model
         self.config = config
         self.metrics = metrics
         # Only an upstream on this Mac competes for its memory bandwidth.
         self.scheduler = scheduler if config.same_machine else None
-        self.capabilities = Capabilities(local_slot=self.scheduler is not None, text_prompts=True)
+        capabilities = Capabilities(local_slot=self.scheduler is not None, text_prompts=True)
+        self.info = BackendInfo("openai", tier, config.model, capabilities)
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self._client = httpx.AsyncClient(
             base_url=config.base_url.rstrip("/") + "/",
@@ -101,9 +101,14 @@ class OpenAIUpstreamBackend:
         )
         self._streams: dict[str, httpx.Response] = {}
 
-    @property
-    def context_length(self) -> int | None:
-        return self.config.context_length
+    def limits(self) -> ModelLimits:
+        return ModelLimits(context_length=self.config.context_length)
+
+    def warmer(self) -> Warmer | None:
+        return None
+
+    def embedder(self) -> Embedder | None:
+        return None
 
     async def render(
         self,
@@ -258,8 +263,8 @@ class OpenAIUpstreamBackend:
         except httpx.HTTPError as exc:
             reachable, detail = False, f"{type(exc).__name__}: {exc}"
         return BackendHealth(
-            kind=self.kind,
-            model=self.model_id,
+            kind=self.info.kind,
+            model=self.info.model_id,
             loaded=reachable,
             state="reachable" if reachable else "unreachable",
             detail=detail,

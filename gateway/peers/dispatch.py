@@ -27,7 +27,6 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import replace
-from typing import Any
 
 from gateway.metrics import PeerMetrics
 from gateway.peers.nodes import PeerFailed, PeerNode, PeerRefused, Peers
@@ -43,10 +42,9 @@ from gateway.seam.backend import (
     Started,
     TicketSpec,
     TokenEvent,
-    WrappedBackend,
-    continued,
 )
 from gateway.seam.placement import place_on
+from gateway.seam.wrapped import WrappedBackend, continued
 from gateway.serving.tiers import TierRegistry
 
 log = logging.getLogger(__name__)
@@ -67,7 +65,7 @@ class Dispatcher:
         self, spec: TicketSpec, request: GenerationRequest, local: Backend
     ) -> AsyncGenerator[BackendEvent, None]:
         """The request's events, from this node or from a peer (see the module's docstring)."""
-        model = local.model_id
+        model = local.info.model_id
         while True:
             node = await self._seat(request.priority, spec.task_type, model)
             if node is None:
@@ -191,9 +189,8 @@ class PeerDispatch(WrappedBackend):
     """A tier's backend with the peers in front: a ``Backend`` (see the module's docstring).
 
     Only ``generate`` differs from the wrapped backend: a request with a ``ticket`` and a
-    rendered prompt may run on a peer (a continuation, ``resume``, always runs here). What
-    the wrapped backend offers beyond ``Backend`` (typing hints' ``Warmable``, embeddings)
-    is passed through unchanged.
+    rendered prompt may run on a peer (a continuation, ``resume``, always runs here). The
+    wrapped backend's optional parts (``warmer()``, ``embedder()``) are its own, unchanged.
     """
 
     def __init__(self, local: Backend, dispatcher: Dispatcher) -> None:
@@ -205,9 +202,6 @@ class PeerDispatch(WrappedBackend):
         if request.ticket is not None and request.prompt.tokens and not request.resume:
             return self.dispatcher.generate(request.ticket, request, self.local)
         return self.local.generate(request)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.local, name)
 
 
 def dispatch_to_peers(registry: TierRegistry, dispatcher: Dispatcher) -> TierRegistry:

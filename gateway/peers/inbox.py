@@ -99,9 +99,9 @@ class PeerInbox:
             node_id=self.node_id,
             version=self.version,
             tasks_hash=prompts.catalog.hash,
-            tiers={name: registry.resolve(name).backend.model_id for name in registry.tiers},
+            tiers={name: registry.resolve(name).backend.info.model_id for name in registry.tiers},
             task_models={
-                task_id: prompts.tier_of(task).backend.model_id
+                task_id: prompts.tier_of(task).backend.info.model_id
                 for task_id, task in prompts.catalog.tasks.items()
             },
             slot=SlotState(busy=not slot.idle, queues=dict(slot.queued)),

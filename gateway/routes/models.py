@@ -43,7 +43,7 @@ def _model(registry: TierRegistry, name: str, health: dict[str, BackendHealth]) 
         id=name,
         created=tier.created,
         tier=tier.name,
-        kind=tier.backend.kind,
+        kind=tier.backend.info.kind,
         loaded=health[tier.name].loaded,
         base_model=tier.base_model,
     )

@@ -87,7 +87,7 @@ class Gates:
 
 
 class TypingGates:
-    """The typing hints' signals to the gates (a backend's ``note_typing`` and its kin), as a
+    """The typing hints' signals to the gates (``HintService`` holds it), as a
     handle: each changes the gates on the event loop, then calls ``changed`` (the scheduler
     republishes its state and wakes its dispatcher)."""
 

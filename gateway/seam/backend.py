@@ -2,7 +2,17 @@
 
 A backend takes a whole request (template messages, sampling parameters, priority, session,
 id) and streams typed events back; it can be aborted, health-checked, and it declares what
-it can do. Modelled on vLLM's ``EngineClient`` (``generate`` / ``abort`` / ``check_health``)
+it is and can do (``info``, frozen when it is built). The whole interface::
+
+    info            kind, tier, model and capabilities (``BackendInfo``)
+    limits()        the model's context and vocabulary, once known (``ModelLimits``)
+    render()        messages (+ functions) to the prompt it will feed; render_text(): a raw text
+    generate()      a request in, its events out; abort(): stop one from another task
+    health()        loaded / reachable, and what it holds; close()
+    warmer()        the typing hints' part (``Warmer``), or None where it cannot pre-compute
+    embedder()      the embeddings' part (``Embedder``), or None where it does not embed
+
+The optional parts are reached through their typed accessors, never by probing attributes. Modelled on vLLM's ``EngineClient`` (``generate`` / ``abort`` / ``check_health``)
 and TGI's ``Backend``. Three kinds sit behind it, side by side:
 
 * ``mlx``: a local model in this Mac's one inference slot (``gateway.engines.local``:
@@ -23,11 +33,12 @@ Nothing here knows HTTP, pydantic or MLX.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from gateway.errors import InvalidRequestError
+from gateway.seam.embedding import EmbeddingInput, Embeddings
 from gateway.seam.reasoning import ReplyFormat
 from gateway.seam.request_parts import ChatMessage, Grammar, ToolSpec
 
@@ -35,11 +46,15 @@ __all__ = [
     "Backend",
     "BackendEvent",
     "BackendHealth",
+    "BackendInfo",
     "BackendKind",
     "Capabilities",
+    "Described",
+    "Embedder",
     "FinishReason",
     "Finished",
     "GenerationRequest",
+    "ModelLimits",
     "PrefillProgress",
     "Priority",
     "Prompt",
@@ -50,14 +65,14 @@ __all__ = [
     "TokenChoice",
     "TokenEvent",
     "TokenLogprob",
-    "Warmable",
+    "Warmer",
     "Warmup",
-    "WrappedBackend",
-    "continued",
 ]
 
 FinishReason = Literal["stop", "length"]
 BackendKind = Literal["mlx", "openai", "mlx-distributed", "peer"]
+# A part of a health report as JSON-like data (``BackendHealth.weights``, ``.batch``, ``.cluster``).
+Described = dict[str, object]
 
 
 class Priority(IntEnum):
@@ -115,12 +130,35 @@ class Capabilities:
     """What a backend can do; services check these instead of the backend's kind."""
 
     prefix_cache: bool = False  # reuses KV caches of earlier prompts
-    typing_hints: bool = False  # can pre-prefill while the user types (``Warmable``)
+    typing_hints: bool = False  # can pre-prefill while the user types (``warmer()``)
     structured_output: bool = False  # constrained decoding (also what tool calls need)
     logprobs: bool = False  # TokenEvent carries log-probabilities when asked
     text_prompts: bool = False  # takes a raw text prompt (legacy completions)
     token_ids: bool = False  # TokenEvent carries the ids of the tokens
     local_slot: bool = False  # computes in this Mac's one inference slot
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What a backend is, fixed when it is built; services read this, never its class."""
+
+    kind: BackendKind
+    tier: str  # the tier it serves
+    model_id: str  # the model it runs (a local reference, an upstream's model name)
+    capabilities: Capabilities
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    """The model's token limits as far as they are known now (None: not known).
+
+    Not part of ``BackendInfo``: a local model's are known only once it has loaded (and kept
+    across unloads); an upstream's context comes from its settings and its vocabulary is
+    never known.
+    """
+
+    context_length: int | None = None  # tokens of context
+    vocab_size: int | None = None  # token ids run from 0 to this (for ``logit_bias``)
 
 
 @dataclass(frozen=True)
@@ -258,31 +296,23 @@ class BackendHealth:
     memory_bytes: int = 0
     detail: str | None = None
     # Local tiers: how the weights are held ({"mode", "bytes", "reason"}, gateway.engines.weights).
-    weights: dict[str, Any] | None = None
+    weights: Described | None = None
     # Local tiers: speculative decoding ("lookup", "off", "draft_model <reference>").
     speculation: str | None = None
     # Local tiers, loaded: how many generations decode together and what bounds it.
-    batch: dict[str, Any] | None = None
+    batch: Described | None = None
     # Distributed tiers: the cluster's ranks, hosts, state and restarts (gateway.engines.distributed).
-    cluster: dict[str, Any] | None = None
+    cluster: Described | None = None
 
 
 class Backend(Protocol):
     """The engine behind one tier."""
 
-    kind: BackendKind
-    tier: str
-    model_id: str
-    capabilities: Capabilities
-
     @property
-    def context_length(self) -> int | None:
-        """Tokens of context, when known (a remote backend may not say)."""
-        ...
+    def info(self) -> BackendInfo: ...
 
-    @property
-    def vocab_size(self) -> int | None:
-        """Token ids run from 0 to this, when known (for ``logit_bias``)."""
+    def limits(self) -> ModelLimits:
+        """The model's context and vocabulary, as far as they are known now."""
         ...
 
     async def render(
@@ -316,59 +346,14 @@ class Backend(Protocol):
 
     async def close(self) -> None: ...
 
+    def warmer(self) -> Warmer | None:
+        """The part that pre-computes while the user types; None where it cannot
+        (``capabilities.typing_hints`` is False)."""
+        ...
 
-class WrappedBackend:
-    """A backend in front of another (``inner``): everything is the inner one's until a
-    subclass says otherwise. The peers' dispatch (``generate`` may go to a peer) and the
-    distributed tier's readiness gate (``generate`` waits for the cluster) are two."""
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.kind: BackendKind = inner.kind
-        self.tier = inner.tier
-        self.model_id = inner.model_id
-        self.capabilities = inner.capabilities
-
-    @property
-    def context_length(self) -> int | None:
-        return self.inner.context_length
-
-    @property
-    def vocab_size(self) -> int | None:
-        return self.inner.vocab_size
-
-    async def render(
-        self,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec] = (),
-        thinking: bool | None = None,
-    ) -> Prompt:
-        return await self.inner.render(messages, tools, thinking)
-
-    async def render_text(self, prompt: TextPrompt) -> Prompt:
-        return await self.inner.render_text(prompt)
-
-    def generate(self, request: GenerationRequest) -> AsyncGenerator[BackendEvent, None]:
-        return self.inner.generate(request)
-
-    async def abort(self, request_id: str) -> bool:
-        return await self.inner.abort(request_id)
-
-    async def health(self) -> BackendHealth:
-        return await self.inner.health()
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
-async def continued(
-    backend: Backend, request: GenerationRequest, tokens: tuple[int, ...]
-) -> AsyncGenerator[BackendEvent, None]:
-    """The events after completion ``tokens`` produced elsewhere (a failed peer, a
-    speculation): ``request`` resumed after them, without a second ``Started``."""
-    async for event in backend.generate(replace(request, resume=tokens)):
-        if not isinstance(event, Started):
-            yield event
+    def embedder(self) -> Embedder | None:
+        """The part that embeds texts; None where it does not."""
+        ...
 
 
 class Warmup(Protocol):
@@ -387,8 +372,10 @@ class Warmup(Protocol):
         ...
 
 
-class Warmable(Protocol):
-    """Backends that pre-compute while the user types (``capabilities.typing_hints``)."""
+class Warmer(Protocol):
+    """A backend's typing-hints part (``Backend.warmer()``): it renders what is fixed of a
+    conversation and pre-prefills it into the prefix cache. The slot's gates that a hint
+    holds meanwhile are the scheduler's (``gateway.scheduler.gates.TypingGates``)."""
 
     async def render_fixed_prefix(
         self, messages: Sequence[ChatMessage], draft: str | None, tools: Sequence[ToolSpec] = ()
@@ -401,14 +388,14 @@ class Warmable(Protocol):
         """Queue a pre-prefill of ``tokens`` into the prefix cache (raises 429 when full)."""
         ...
 
-    def note_typing(self, holder: str) -> None:
-        """A keystroke (the hint ``holder``): (re)close the typing lock."""
+
+class Embedder(Protocol):
+    """A backend's embeddings part (``Backend.embedder()``; ``gateway.seam.embedding``)."""
+
+    async def embed(
+        self, inputs: Sequence[EmbeddingInput], priority: Priority = Priority.TASK
+    ) -> Embeddings:
+        """All ``inputs`` as one job in the slot. Raises InvalidRequestError (param
+        ``input[i]``) for an empty input, a token id outside the vocabulary, or an input
+        longer than the context."""
         ...
-
-    def end_typing(self, holder: str) -> None:
-        """The request the hint ``holder`` announced has come: its typing is over."""
-        ...
-
-    def hold_prefill_freeze(self, holder: str) -> None: ...
-
-    def release_prefill_freeze(self, holder: str) -> None: ...

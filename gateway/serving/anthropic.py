@@ -140,7 +140,7 @@ class AnthropicMessages:
         )
         if prompt.tokens is None:
             raise InvalidRequestError(
-                f"tier {tier.name!r} ({tier.backend.kind} backend) does not tokenize here; "
+                f"tier {tier.name!r} ({tier.backend.info.kind} backend) does not tokenize here; "
                 "count_tokens needs a local tier",
                 param="model",
             )

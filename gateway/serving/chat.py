@@ -398,7 +398,7 @@ class ChatService:
         if calls is None or requested is None or budget is None:
             return params, None
         limit = budget + call_wrapper_chars(calls.tools, calls.choice)
-        context = tier.backend.context_length
+        context = tier.backend.limits().context_length
         if prompt.tokens is not None and context is not None:
             limit = min(limit, context - len(prompt.tokens))
         return replace(params, max_tokens=max(limit, budget)), budget
@@ -414,13 +414,13 @@ class ChatService:
     ) -> None:
         """Refuse what the tier's backend cannot do: constrain its output (tool calls and
         answer formats), report log-probabilities, take a raw text prompt."""
-        capabilities = tier.backend.capabilities
+        capabilities = tier.backend.info.capabilities
         calls = calling(tool_use)
         if calls is not None or sampling.grammar is not None:
             cls._check_constrainable(tier, calls.param if calls else None, fields.grammar)
         if sampling.logprobs is not None and not capabilities.logprobs:
             raise InvalidRequestError(
-                f"tier {tier.name!r} ({tier.backend.kind} backend) cannot report "
+                f"tier {tier.name!r} ({tier.backend.info.kind} backend) cannot report "
                 "log-probabilities; use a local tier",
                 param="logprobs",
             )
@@ -433,16 +433,16 @@ class ChatService:
     def _check_constrainable(tier: Tier, tools_param: str | None, grammar_param: str) -> None:
         """Tool calls (``tools_param`` names them) and answer formats need a backend that
         constrains its output."""
-        if tier.backend.capabilities.structured_output:
+        if tier.backend.info.capabilities.structured_output:
             return
         if tools_param is not None:
             raise InvalidRequestError(
-                f"tier {tier.name!r} ({tier.backend.kind} backend) cannot constrain its output, "
+                f"tier {tier.name!r} ({tier.backend.info.kind} backend) cannot constrain its output, "
                 "which tool calls need; use a local tier",
                 param=tools_param,
             )
         raise InvalidRequestError(
-            f"tier {tier.name!r} ({tier.backend.kind} backend) cannot constrain its output; "
+            f"tier {tier.name!r} ({tier.backend.info.kind} backend) cannot constrain its output; "
             "use a local tier for structured output",
             param=grammar_param,
         )
@@ -479,8 +479,8 @@ class ChatService:
     ) -> SamplingParams:
         """The sampling the backend runs: ``max_tokens`` checked against the gateway's cap
         and the context (and, where not asked, what the context leaves)."""
-        backend = tier.backend
-        context = backend.context_length
+        limits = tier.backend.limits()
+        context = limits.context_length
         requested = sampling.max_tokens
         cap = self.max_completion_tokens
         if cap is not None and requested is not None and requested > cap:
@@ -498,7 +498,7 @@ class ChatService:
                 context, prompt_tokens, requested or 1, completion_param=fields.max_tokens
             )
             max_tokens = requested or min(context - prompt_tokens, cap or context)
-        vocab = backend.vocab_size
+        vocab = limits.vocab_size
         if vocab is not None and any(t >= vocab for t in sampling.logit_bias):
             raise InvalidRequestError(
                 f"logit_bias names a token id beyond the vocabulary ({vocab})", param="logit_bias"
@@ -514,7 +514,7 @@ class ChatService:
         """Hand the chat to its backend and wait until it computes (raises 429/502/503...)."""
         backend = chat.tier.backend
         speculation = None
-        if chat.prompt.tokens is not None and backend.capabilities.typing_hints:
+        if chat.prompt.tokens is not None and backend.info.capabilities.typing_hints:
             speculation = await self.typing.take_speculation(
                 chat.tier.name, chat.prompt.tokens, chat.params, chat.session
             )
@@ -534,7 +534,7 @@ class ChatService:
             raise
         if not isinstance(first, Started):
             await events.aclose()
-            raise RuntimeError(f"backend {backend.kind} began with {first!r}, not Started")
+            raise RuntimeError(f"backend {backend.info.kind} began with {first!r}, not Started")
         run = ChatRun(chat, events, first)
         reply = chat.prompt.reply or ReplyFormat()
         calls = calling(chat.tool_use)
@@ -621,17 +621,21 @@ class ChatService:
         chat = run.chat
         waited = at - chat.arrived
         cache = "warm" if run.started.cached_tokens else "cold"
-        self.metrics.time_to_first_token.labels(chat.tier.backend.model_id, cache).observe(waited)
+        self.metrics.time_to_first_token.labels(chat.tier.backend.info.model_id, cache).observe(
+            waited
+        )
         self.metrics.tier_time_to_first_token.labels(
-            chat.tier.name, chat.tier.backend.kind
+            chat.tier.name, chat.tier.backend.info.kind
         ).observe(waited)
 
     def _count_request(self, chat: PreparedChat, outcome: str) -> None:
-        self.metrics.tier_requests.labels(chat.tier.name, chat.tier.backend.kind, outcome).inc()
+        self.metrics.tier_requests.labels(
+            chat.tier.name, chat.tier.backend.info.kind, outcome
+        ).inc()
 
     def _count_tokens(self, run: ChatRun, first_token_at: float | None) -> None:
-        tier, kind = run.chat.tier.name, run.chat.tier.backend.kind
-        model = run.chat.tier.backend.model_id
+        tier, kind = run.chat.tier.name, run.chat.tier.backend.info.kind
+        model = run.chat.tier.backend.info.model_id
         prompt, cached = run.prompt_tokens, run.cached_tokens
         self.metrics.prompt_tokens.labels(model).inc(prompt)
         self.metrics.prompt_tokens_cached.labels(model).inc(cached)

@@ -1,6 +1,6 @@
 """OpenAI's embeddings on a local tier: inputs to unit vectors, in OpenAI's shapes.
 
-The vectors come from the tier's backend (``gateway.engines.embedding``: the last hidden state,
+The vectors come from the tier's backend (``gateway.seam.embedding``: the last hidden state,
 mean-pooled and L2-normalized, each input computed alone). Here: ``dimensions`` (the leading
 dimensions, renormalized, as OpenAI's shortened embeddings), ``encoding_format`` and usage.
 An upstream tier is refused with a 400 rather than relayed (its model is not this one).
@@ -14,7 +14,6 @@ import math
 import struct
 from collections.abc import Sequence
 
-from gateway.engines.embedding import Embedder
 from gateway.errors import InvalidRequestError
 from gateway.metrics import EmbeddingMetrics
 from gateway.protocol.embeddings import (
@@ -36,16 +35,16 @@ class EmbeddingsService:
 
     async def create(self, request: EmbeddingRequest) -> CreateEmbeddingResponse:
         tier = self.registry.resolve(request.model)
-        backend = tier.backend
-        if not isinstance(backend, Embedder) or not backend.capabilities.local_slot:
+        info, embedder = tier.backend.info, tier.backend.embedder()
+        if embedder is None or not info.capabilities.local_slot:
             raise InvalidRequestError(
-                f"tier {tier.name!r} ({backend.kind} backend) does not serve embeddings; "
+                f"tier {tier.name!r} ({info.kind} backend) does not serve embeddings; "
                 "use a local tier",
                 param="model",
             )
         outcome = "error"
         try:
-            result = await backend.embed(request.inputs(), Priority.TASK)
+            result = await embedder.embed(request.inputs(), Priority.TASK)
             outcome = "ok"
         except asyncio.CancelledError:
             outcome = "cancelled"

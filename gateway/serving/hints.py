@@ -15,9 +15,10 @@ tokens, following the design's state machine (``shared/MISSION.md`` point 3)::
 
 The cache itself is found by token prefix in the backend's store, so a hint that does not
 match the request is simply not used. While a hint is queued, computing or ready it holds
-the slot's prefill freeze; each hint also (re)closes the typing lock. Hints work on tiers
-whose backend can warm a cache (``capabilities.typing_hints``); this service reaches them
-only through the request-level seam (``gateway.seam.backend.Warmable``).
+the slot's prefill freeze; each hint also (re)closes the typing lock, both through the
+scheduler's ``TypingGates`` handle (one slot, so one set of gates for every tier). Hints work
+on tiers whose backend can warm a cache (``capabilities.typing_hints``); this service reaches
+them only through the request-level seam (the backend's ``warmer()``).
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from gateway.engines.context_length import check_context_length
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.metrics import HintMetrics
 from gateway.protocol.hints import TypingHint, TypingHintRequest
 from gateway.protocol.openai import shorten
-from gateway.seam.backend import SamplingParams, Started, Warmable, Warmup
+from gateway.scheduler.gates import TypingGates
+from gateway.seam.backend import SamplingParams, Started, Warmer, Warmup
 from gateway.seam.request_parts import ChatMessage, ToolSpec
 from gateway.serving.messages import template_messages, tool_specs
 from gateway.serving.speculation import GREEDY, Speculation, Speculator
@@ -75,7 +76,6 @@ class Hint:
     expires_at: float  # until ready: an estimate (idle time counts from readiness)
     state: PrefillState = PrefillState.QUEUED
     cached_tokens: int = 0
-    backend: Warmable | None = None
     warmup: Warmup | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     mismatch_counted: bool = False
@@ -125,8 +125,11 @@ class HintService:
         task_prompts: TaskPrompts[Tier] | None = None,
         speculator: Speculator | None = None,
         stored_conversation: StoredConversation | None = None,
+        *,
+        gates: TypingGates,
     ) -> None:
         self.registry = registry
+        self.gates = gates  # the slot's typing lock and prefill freeze
         self.speculator = speculator
         self.metrics = metrics
         self.idle_seconds = idle_seconds
@@ -140,11 +143,10 @@ class HintService:
     # -- the hint API ----------------------------------------------------------------------------
 
     async def post(self, request: TypingHintRequest) -> Hint:
-        messages, tier = await self._warmable_conversation(request)
-        backend: Any = tier.backend  # a Warmable: its capabilities say so
+        messages, tier, warmer = await self._warmable_conversation(request)
         tools = tool_specs(request.tools)
-        tokens = await backend.render_fixed_prefix(messages, request.draft, tools)
-        context = tier.backend.context_length
+        tokens = await warmer.render_fixed_prefix(messages, request.draft, tools)
+        context = tier.backend.limits().context_length
         if context is not None:  # room for the answer's first token
             check_context_length(context, len(tokens))
         now = time.time()
@@ -156,7 +158,6 @@ class HintService:
             tokens=tuple(tokens),
             created_at=now,
             expires_at=now + self.idle_seconds,
-            backend=backend,
             tools=tools,
         )
         if request.task is None and request.draft and request.draft.strip():
@@ -167,12 +168,12 @@ class HintService:
             )
             if hint.sampling.temperature == 0 or request.seed is not None:  # reproducible
                 hint.answer_to = (*messages, {"role": "user", "content": request.draft})
-        backend.note_typing(hint.id)
-        backend.hold_prefill_freeze(hint.id)
+        self.gates.note_typing(hint.id)
+        self.gates.hold_prefill_freeze(hint.id)
         try:
-            hint.warmup = await backend.warm(hint.id, tokens, request.session)
+            hint.warmup = await warmer.warm(hint.id, tokens, request.session)
         except GatewayError:
-            backend.release_prefill_freeze(hint.id)
+            self.gates.release_prefill_freeze(hint.id)
             raise
         previous = self.by_session.get(request.session) if request.session else None
         if previous is not None and previous.state in ACTIVE:
@@ -186,9 +187,9 @@ class HintService:
 
     async def _warmable_conversation(
         self, request: TypingHintRequest
-    ) -> tuple[tuple[ChatMessage, ...], Tier]:
-        """The hint's whole conversation (a stored one it continues first) and its tier,
-        which must be able to warm a cache."""
+    ) -> tuple[tuple[ChatMessage, ...], Tier, Warmer]:
+        """The hint's whole conversation (a stored one it continues first), its tier and
+        the tier's warmer (a tier that cannot warm a cache is refused)."""
         messages, tier = self._conversation(request)
         if request.previous_response_id is not None:
             if self.stored_conversation is None:
@@ -199,13 +200,14 @@ class HintService:
                 request.previous_response_id, request.instructions
             )
             messages = (*stored, *messages)
-        if not tier.backend.capabilities.typing_hints:
+        info, warmer = tier.backend.info, tier.backend.warmer()
+        if warmer is None or not info.capabilities.typing_hints:
             raise InvalidRequestError(
-                f"tier {tier.name!r} ({tier.backend.kind} backend) cannot pre-compute typing "
+                f"tier {tier.name!r} ({info.kind} backend) cannot pre-compute typing "
                 "hints; use a local tier",
                 param="model",
             )
-        return messages, tier
+        return messages, tier, warmer
 
     def _conversation(self, request: TypingHintRequest) -> tuple[tuple[ChatMessage, ...], Tier]:
         """The messages a hint warms and the tier that will run them."""
@@ -334,15 +336,13 @@ class HintService:
             hint.warmup.cancel()
         if hint.expiry is not None:
             hint.expiry.cancel()
-        if hint.backend is not None:
-            hint.backend.release_prefill_freeze(hint.id)
+        self.gates.release_prefill_freeze(hint.id)
         self.metrics.typing_hints.labels(state.value).inc()
         if self.by_session.get(hint.session or "") is hint:
             del self.by_session[hint.session or ""]
 
     def _typing_over(self, hint: Hint) -> None:
-        if hint.backend is not None:
-            hint.backend.end_typing(hint.id)
+        self.gates.end_typing(hint.id)
 
     def _expire(self, hint: Hint) -> None:
         if hint.state in ACTIVE:

@@ -37,9 +37,9 @@ from gateway.seam.backend import (
     SamplingParams,
     Started,
     TokenEvent,
-    continued,
 )
 from gateway.seam.request_parts import ChatMessage, ToolSpec
+from gateway.seam.wrapped import continued
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ class TierRegistry:
         # A model id names the first tier serving it, unless a tier has that very name.
         self.model_ids: dict[str, str] = {}
         for tier in self.tiers.values():
-            model = tier.backend.model_id
+            model = tier.backend.info.model_id
             if model not in self.tiers:
                 self.model_ids.setdefault(model, tier.name)
 

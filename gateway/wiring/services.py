@@ -197,7 +197,7 @@ async def close_backends(backends: list[Backend]) -> None:
             try:
                 await backend.persist()
             except Exception:  # a full disk must not stop the shutdown
-                log.exception("tier %s: prefix caches not saved", backend.tier)
+                log.exception("tier %s: prefix caches not saved", backend.info.tier)
         await backend.close()
 
 
@@ -228,6 +228,7 @@ async def open_serving(
         task_prompts,
         speculator,
         stored_conversation=history.messages,
+        gates=runtime.scheduler.typing,
     )
     chat = ChatService(registry, metrics.generation, hints, settings.max_completion_tokens)
     tasks = TaskService(task_prompts, chat)

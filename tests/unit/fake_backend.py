@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from gateway.seam.backend import (
     BackendEvent,
     BackendHealth,
+    BackendInfo,
     BackendKind,
     Capabilities,
     Finished,
     GenerationRequest,
+    ModelLimits,
     PrefillProgress,
     Prompt,
     Started,
@@ -61,8 +63,33 @@ class FakeWarmup:
         return self.done
 
 
+class FakeTypingGates:
+    """The slot's typing signals (``gateway.scheduler.gates.TypingGates``), recorded."""
+
+    def __init__(self) -> None:
+        self.freeze_holders: set[str] = set()
+        self.typing_notes = 0
+        self.typing_holders: set[str] = set()
+
+    def note_typing(self, holder: str) -> None:
+        self.typing_notes += 1
+        self.typing_holders.add(holder)
+
+    def end_typing(self, holder: str) -> None:
+        self.typing_holders.discard(holder)
+
+    def hold_prefill_freeze(self, holder: str) -> None:
+        self.freeze_holders.add(holder)
+
+    def release_prefill_freeze(self, holder: str) -> None:
+        self.freeze_holders.discard(holder)
+
+
 class FakeBackend:
-    """Records what the services asked of it."""
+    """Records what the services asked of it; its own warmer, and no embedder.
+
+    ``info`` and ``limits()`` are read from plain attributes a test may change.
+    """
 
     kind: BackendKind = "mlx"
     model_id = "fake-model"
@@ -89,13 +116,25 @@ class FakeBackend:
         )
         self.requests: list[GenerationRequest] = []
         self.warmups: list[FakeWarmup] = []
-        self.freeze_holders: set[str] = set()
-        self.typing_notes = 0
-        self.typing_holders: set[str] = set()
+        # The gates of the slot this fake tier runs in (given to the hint service).
+        self.gates = FakeTypingGates()
         self.closed_streams = 0
         self.fail_before_start: Exception | None = None
         self.release_tokens = asyncio.Event()
         self.release_tokens.set()
+
+    @property
+    def info(self) -> BackendInfo:
+        return BackendInfo(self.kind, self.tier, self.model_id, self.capabilities)
+
+    def limits(self) -> ModelLimits:
+        return ModelLimits(self.context_length, self.vocab_size)
+
+    def warmer(self) -> FakeBackend | None:
+        return self if self.capabilities.typing_hints else None
+
+    def embedder(self) -> None:
+        return None
 
     async def render(
         self,
@@ -134,7 +173,7 @@ class FakeBackend:
     async def close(self) -> None:
         pass
 
-    # -- Warmable ------------------------------------------------------------------------
+    # -- Warmer ---------------------------------------------------------------------------
 
     async def render_fixed_prefix(
         self, messages: Sequence[ChatMessage], draft: str | None, tools: Sequence[object] = ()
@@ -147,16 +186,3 @@ class FakeBackend:
         warmup = FakeWarmup(tuple(tokens))
         self.warmups.append(warmup)
         return warmup
-
-    def note_typing(self, holder: str) -> None:
-        self.typing_notes += 1
-        self.typing_holders.add(holder)
-
-    def end_typing(self, holder: str) -> None:
-        self.typing_holders.discard(holder)
-
-    def hold_prefill_freeze(self, holder: str) -> None:
-        self.freeze_holders.add(holder)
-
-    def release_prefill_freeze(self, holder: str) -> None:
-        self.freeze_holders.discard(holder)

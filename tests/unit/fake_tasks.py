@@ -16,7 +16,7 @@ from gateway.serving.tasks import TaskService
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.tasks.catalogue import TaskPrompts
 from gateway.tasks.definitions import TaskCatalog
-from tests.unit.fake_backend import FakeBackend
+from tests.unit.fake_backend import FakeBackend, FakeTypingGates
 
 VERDICT = """
 priority = "background"
@@ -77,5 +77,6 @@ def make_task_service(tmp_path: Path) -> tuple[TaskService, dict[str, ScriptedBa
     tiers = {name: Tier(name, backend, 0) for name, backend in backends.items()}
     registry = TierRegistry(tiers, {}, "fast")  # type: ignore[arg-type]
     metrics = GatewayMetrics()
-    chat = ChatService(registry, metrics.generation, HintService(registry, metrics.hints, 60))
+    hints = HintService(registry, metrics.hints, 60, gates=FakeTypingGates())
+    chat = ChatService(registry, metrics.generation, hints)
     return TaskService(TaskPrompts(TaskCatalog.load([tmp_path]), registry), chat), backends

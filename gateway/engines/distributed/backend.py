@@ -15,12 +15,8 @@ from gateway.engines.distributed.supervisor import ClusterState, ClusterSupervis
 from gateway.engines.upstream import OpenAIUpstreamBackend
 from gateway.errors import ServiceUnavailableError
 from gateway.metrics import ClusterMetrics
-from gateway.seam.backend import (
-    BackendEvent,
-    BackendHealth,
-    GenerationRequest,
-    WrappedBackend,
-)
+from gateway.seam.backend import BackendEvent, BackendHealth, BackendInfo, GenerationRequest
+from gateway.seam.wrapped import WrappedBackend
 
 STATES: tuple[ClusterState, ...] = ("starting", "ready", "restarting", "failed", "stopped")
 
@@ -57,10 +53,8 @@ class DistributedBackend(WrappedBackend):
         upstream: OpenAIUpstreamBackend,
         wait_ready: float = 60.0,
     ) -> None:
-        super().__init__(upstream)
-        self.kind = "mlx-distributed"
-        self.tier = tier
-        self.model_id = model_id
+        info = BackendInfo("mlx-distributed", tier, model_id, upstream.info.capabilities)
+        super().__init__(upstream, info)
         self.supervisor = supervisor
         self.wait_ready = wait_ready
 
@@ -79,20 +73,20 @@ class DistributedBackend(WrappedBackend):
             return
         if cluster.state == "failed":
             raise ClusterUnavailableError(
-                f"tier {self.tier!r}: its cluster stopped restarting ({cluster.reason}); "
+                f"tier {self.info.tier!r}: its cluster stopped restarting ({cluster.reason}); "
                 "see /health and its log",
                 retry_after=60,
             )
         raise ClusterUnavailableError(
-            f"tier {self.tier!r}: its cluster is {cluster.state} "
+            f"tier {self.info.tier!r}: its cluster is {cluster.state} "
             f"({cluster.reason or 'loading the model on every rank'}); retry shortly"
         )
 
     async def health(self) -> BackendHealth:
         cluster = self.supervisor
         return BackendHealth(
-            kind=self.kind,
-            model=self.model_id,
+            kind=self.info.kind,
+            model=self.info.model_id,
             loaded=cluster.state == "ready",
             state=cluster.state,
             detail=cluster.reason,

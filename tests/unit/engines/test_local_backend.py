@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from gateway.engines.embedding import EmbeddingInput
 from gateway.engines.local import LocalBackend
 from gateway.engines.prefix_disk import DiskPrefixes
 from gateway.engines.prefix_store import PrefixCacheStore
@@ -24,12 +23,14 @@ from gateway.seam.backend import (
     BackendEvent,
     Finished,
     GenerationRequest,
+    ModelLimits,
     Priority,
     SamplingParams,
     Started,
     TextPrompt,
     TokenEvent,
 )
+from gateway.seam.embedding import EmbeddingInput
 from tests.unit.fake_runner import ANSWER, FakeGeneration, FakeRunner
 
 SYSTEM = "You are a careful assistant who answers briefly."  # 48 characters: 48 tokens
@@ -136,7 +137,7 @@ async def events_of(backend: LocalBackend, request: GenerationRequest) -> list[B
 
 async def test_a_chat_is_rendered_run_in_the_slot_and_answered(slot: Scheduler) -> None:
     [backend], _, runners = make(slot)
-    assert backend.resident.state == "unloaded" and backend.context_length is None
+    assert backend.resident.state == "unloaded" and backend.limits().context_length is None
     events = await events_of(backend, chat("Hi", max_tokens=3))
     prompt = len(SYSTEM) + 2
     assert events[0] == Started(prompt, 0)
@@ -144,7 +145,7 @@ async def test_a_chat_is_rendered_run_in_the_slot_and_answered(slot: Scheduler) 
     assert events[-1] == Finished("length", prompt, 3)
     # Loaded on first use, released after; the runner's own stop strings are added.
     assert backend.resident.state == "loaded" and backend.resident.in_use == 0
-    assert backend.context_length == 4096 and backend.vocab_size == 256
+    assert backend.limits() == ModelLimits(4096, 256)
     _, params, state, options = runners[0].generated[0]
     assert params.stop == ("<|end|>",) and state is None
     assert options == {"continues_text": False, "resumed": 0}

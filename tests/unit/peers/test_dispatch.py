@@ -12,6 +12,8 @@ from gateway.peers.nodes import PeerFailed, PeerNode
 from gateway.protocol.peer import TicketResult, TicketStarted, TicketToken, TicketUsage
 from gateway.seam.backend import (
     BackendEvent,
+    BackendInfo,
+    Capabilities,
     Finished,
     GenerationRequest,
     Prompt,
@@ -52,7 +54,7 @@ class FakePeers:
 
 
 class FakeLocal:
-    model_id = "m"
+    info = BackendInfo("mlx", "fast", "m", Capabilities())
 
     def __init__(self) -> None:
         self.requests: list[GenerationRequest] = []

@@ -11,6 +11,7 @@ from gateway.seam.backend import (
     BackendEvent,
     Finished,
     GenerationRequest,
+    ModelLimits,
     Prompt,
     SamplingParams,
     Started,
@@ -66,16 +67,20 @@ async def test_requests_a_peer_cannot_take_run_on_the_wrapped_backend() -> None:
 async def test_everything_but_generate_is_the_wrapped_backends() -> None:
     local = FakeBackend(tier="fast")
     backend = PeerDispatch(local, RecordingDispatcher())  # type: ignore[arg-type]
-    assert (backend.kind, backend.tier, backend.model_id) == ("mlx", "fast", "fake-model")
-    assert backend.capabilities is local.capabilities
-    assert (backend.context_length, backend.vocab_size) == (10_000, 256)
+    info = backend.info
+    assert (info.kind, info.tier, info.model_id) == ("mlx", "fast", "fake-model")
+    assert info.capabilities is local.capabilities
+    assert backend.limits() == ModelLimits(10_000, 256)
     messages = ({"role": "user", "content": "hi"},)
     assert await backend.render(messages) == await local.render(messages)
     assert (await backend.health()).state == "loaded"
-    backend.note_typing("hint-1")  # a Warmable method, passed through
-    assert local.typing_notes == 1 and local.typing_holders == {"hint-1"}
-    backend.end_typing("hint-1")
-    assert local.typing_holders == set()
+    # The optional parts are the wrapped backend's own, typed (no attribute passed through).
+    warmer = backend.warmer()
+    assert warmer is local and backend.embedder() is None
+    fixed = await warmer.render_fixed_prefix(messages, None)
+    assert fixed == await local.render_fixed_prefix(messages, None)
+    warmup = await warmer.warm("hint-1", fixed)
+    assert local.warmups == [warmup]
 
 
 def test_dispatch_to_peers_wraps_every_tier_and_keeps_the_names() -> None:

@@ -11,7 +11,7 @@ from gateway.serving.chat import ChatService
 from gateway.serving.hints import HintService
 from gateway.serving.openai_chat import OpenAIChat
 from gateway.serving.tiers import Tier, TierRegistry
-from tests.unit.fake_backend import ANSWER, FakeBackend
+from tests.unit.fake_backend import ANSWER, FakeBackend, FakeTypingGates
 
 
 def make(backend: FakeBackend | None = None) -> tuple[OpenAIChat, FakeBackend, GatewayMetrics]:
@@ -22,7 +22,8 @@ def make(backend: FakeBackend | None = None) -> tuple[OpenAIChat, FakeBackend, G
         "fast",
     )
     metrics = GatewayMetrics()
-    service = ChatService(registry, metrics.generation, HintService(registry, metrics.hints, 60))
+    hints = HintService(registry, metrics.hints, 60, gates=FakeTypingGates())
+    service = ChatService(registry, metrics.generation, hints)
     return OpenAIChat(service), backend, metrics
 
 

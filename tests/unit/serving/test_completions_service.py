@@ -24,7 +24,7 @@ from gateway.serving.chat import ChatService
 from gateway.serving.completions import CompletionsService
 from gateway.serving.hints import HintService
 from gateway.serving.tiers import Tier, TierRegistry
-from tests.unit.fake_backend import ANSWER, FakeBackend
+from tests.unit.fake_backend import ANSWER, FakeBackend, FakeTypingGates
 
 PROMPT = "Once upon"
 
@@ -61,7 +61,8 @@ def make(
         "fast",
     )
     metrics = GatewayMetrics()
-    chat = ChatService(registry, metrics.generation, HintService(registry, metrics.hints, 60))
+    hints = HintService(registry, metrics.hints, 60, gates=FakeTypingGates())
+    chat = ChatService(registry, metrics.generation, hints)
     return CompletionsService(chat), backend
 
 

@@ -25,7 +25,8 @@ FULL = [*HISTORY, {"role": "user", "content": "What is MLX?"}]
 def make(idle_seconds: float = 60.0, hints: bool = True) -> tuple[HintService, FakeBackend]:
     backend = FakeBackend(hints=hints)
     registry = TierRegistry({"fast": Tier("fast", backend, 0)}, {}, "fast")  # type: ignore[arg-type]
-    return HintService(registry, GatewayMetrics().hints, idle_seconds), backend
+    hints = HintService(registry, GatewayMetrics().hints, idle_seconds, gates=backend.gates)
+    return hints, backend
 
 
 def hint_request(messages: list[dict[str, str]] = HISTORY, **extra: Any) -> TypingHintRequest:
@@ -43,13 +44,13 @@ async def test_queued_hint_is_aborted_when_the_request_comes() -> None:
     typing, backend = make()
     hint = await typing.post(hint_request())
     assert hint.state is PrefillState.QUEUED
-    assert hint.id in backend.freeze_holders and backend.typing_notes == 1
-    assert backend.typing_holders == {hint.id}
+    assert hint.id in backend.gates.freeze_holders and backend.gates.typing_notes == 1
+    assert backend.gates.typing_holders == {hint.id}
     await typing.join("fast", tokens_of(FULL), None)
     assert hint.state is PrefillState.ABORTED
     assert backend.warmups[0].cancelled
-    assert not backend.freeze_holders
-    assert not backend.typing_holders  # the announced request came: typing is over
+    assert not backend.gates.freeze_holders
+    assert not backend.gates.typing_holders  # the announced request came: typing is over
 
 
 async def test_computing_hint_is_waited_for_then_used() -> None:
@@ -64,7 +65,7 @@ async def test_computing_hint_is_waited_for_then_used() -> None:
     warmup.may_finish.set()
     await asyncio.wait_for(joining, 2)
     assert hint.state is PrefillState.USED
-    assert not backend.freeze_holders
+    assert not backend.gates.freeze_holders
 
 
 async def test_ready_hint_is_used() -> None:
@@ -73,10 +74,10 @@ async def test_ready_hint_is_used() -> None:
     backend.warmups[0].may_start.set()
     backend.warmups[0].may_finish.set()
     await until(lambda: hint.state is PrefillState.READY)
-    assert hint.id in backend.freeze_holders  # a ready hint still holds the freeze
+    assert hint.id in backend.gates.freeze_holders  # a ready hint still holds the freeze
     await typing.join("fast", tokens_of(FULL), "s1")
     assert hint.state is PrefillState.USED
-    assert not backend.freeze_holders and not backend.typing_holders
+    assert not backend.gates.freeze_holders and not backend.gates.typing_holders
 
 
 async def test_a_hint_of_another_conversation_is_not_used() -> None:
@@ -87,7 +88,7 @@ async def test_a_hint_of_another_conversation_is_not_used() -> None:
     await until(lambda: hint.state is PrefillState.READY)
     await typing.join("fast", tokens_of(FULL), None)
     assert hint.state is PrefillState.READY
-    assert backend.typing_holders == {hint.id}  # another conversation: still typing there
+    assert backend.gates.typing_holders == {hint.id}  # another conversation: still typing there
     samples = typing.metrics.typing_hints.labels("mismatched")._value.get()
     assert samples == 1
 
@@ -98,7 +99,7 @@ async def test_a_newer_hint_of_the_session_supersedes_the_older() -> None:
     second = await typing.post(hint_request(FULL, session="editor"))
     assert first.state is PrefillState.SUPERSEDED and backend.warmups[0].cancelled
     assert second.state is PrefillState.QUEUED
-    assert backend.freeze_holders == {second.id}
+    assert backend.gates.freeze_holders == {second.id}
 
 
 async def test_an_idle_ready_hint_expires_and_releases_the_freeze() -> None:
@@ -108,15 +109,15 @@ async def test_an_idle_ready_hint_expires_and_releases_the_freeze() -> None:
     backend.warmups[0].may_finish.set()
     await until(lambda: hint.state is PrefillState.READY)
     await until(lambda: hint.state is PrefillState.EXPIRED)
-    assert not backend.freeze_holders
+    assert not backend.gates.freeze_holders
 
 
 async def test_a_client_can_abort_its_hint() -> None:
     typing, backend = make()
     hint = await typing.post(hint_request())
     assert typing.abort(hint.id).state is PrefillState.ABORTED
-    assert backend.warmups[0].cancelled and not backend.freeze_holders
-    assert not backend.typing_holders  # withdrawn: its keystrokes hold nothing more
+    assert backend.warmups[0].cancelled and not backend.gates.freeze_holders
+    assert not backend.gates.typing_holders  # withdrawn: its keystrokes hold nothing more
 
 
 async def test_a_warmup_that_ends_early_aborts_the_hint() -> None:
@@ -126,7 +127,7 @@ async def test_a_warmup_that_ends_early_aborts_the_hint() -> None:
     await until(lambda: hint.state is PrefillState.COMPUTING)
     backend.warmups[0].cancel()  # e.g. the slot job was cancelled
     await until(lambda: hint.state is PrefillState.ABORTED)
-    assert not backend.freeze_holders
+    assert not backend.gates.freeze_holders
 
 
 async def test_tiers_that_cannot_warm_refuse_hints() -> None:

@@ -17,7 +17,7 @@ from gateway.serving.hints import HintService
 from gateway.serving.message_threads import MessageThreads, ThreadNotFoundError
 from gateway.serving.response_store import ResponseStore
 from gateway.serving.tiers import Tier, TierRegistry
-from tests.unit.fake_backend import ANSWER, FakeBackend
+from tests.unit.fake_backend import ANSWER, FakeBackend, FakeTypingGates
 
 TOOLS = [{"name": "get_weather", "input_schema": {"type": "object"}}]
 
@@ -37,7 +37,8 @@ def make(store: ResponseStore) -> tuple[AnthropicMessages, FakeBackend]:
     backend = FakeBackend(structured_output=True)
     registry = TierRegistry({"m": Tier("m", backend, 0)}, {}, "m")  # type: ignore[arg-type]
     metrics = GatewayMetrics()
-    chat = ChatService(registry, metrics.generation, HintService(registry, metrics.hints, 60))
+    hints = HintService(registry, metrics.hints, 60, gates=FakeTypingGates())
+    chat = ChatService(registry, metrics.generation, hints)
     return AnthropicMessages(chat, store), backend
 
 

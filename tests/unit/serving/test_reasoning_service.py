@@ -30,7 +30,7 @@ from gateway.serving.chat import ChatRequest, ChatService
 from gateway.serving.hints import HintService
 from gateway.serving.openai_chat import OpenAIChat
 from gateway.serving.tiers import Tier, TierRegistry
-from tests.unit.fake_backend import FakeBackend
+from tests.unit.fake_backend import FakeBackend, FakeTypingGates
 
 REPLY = ("<think>", "weigh", " it", "</think>", "\n\n", "Paris")
 
@@ -63,7 +63,7 @@ def service() -> tuple[ChatService, ThinkingBackend]:
     backend = ThinkingBackend()
     registry = TierRegistry({"fast": Tier("fast", backend, 0)}, {}, "fast")  # type: ignore[arg-type]
     metrics = GatewayMetrics()
-    hints = HintService(registry, metrics.hints, 60)
+    hints = HintService(registry, metrics.hints, 60, gates=FakeTypingGates())
     return ChatService(registry, metrics.generation, hints), backend
 
 

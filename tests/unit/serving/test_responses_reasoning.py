@@ -15,6 +15,7 @@ from gateway.serving.hints import HintService
 from gateway.serving.response_store import ResponseStore
 from gateway.serving.responses import ResponsesService
 from gateway.serving.tiers import Tier, TierRegistry
+from tests.unit.fake_backend import FakeTypingGates
 from tests.unit.serving.test_reasoning_service import ThinkingBackend, service
 
 
@@ -56,7 +57,8 @@ async def test_a_failure_mid_stream_is_an_error_event_then_response_failed(
     backend = FailingBackend()
     registry = TierRegistry({"fast": Tier("fast", backend, 0)}, {}, "fast")  # type: ignore[arg-type]
     metrics = GatewayMetrics()
-    chat = ChatService(registry, metrics.generation, HintService(registry, metrics.hints, 60))
+    hints = HintService(registry, metrics.hints, 60, gates=FakeTypingGates())
+    chat = ChatService(registry, metrics.generation, hints)
     store = ResponseStore(tmp_path / "r.sqlite3", 10, 60)
     await store.open()
     responses = ResponsesService(chat, store)

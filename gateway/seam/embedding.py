@@ -1,4 +1,5 @@
-"""Embeddings from a generative model: what a backend that embeds offers (``Embedder``).
+"""Embeddings from a generative model: what a backend that embeds returns (its ``embedder()``,
+``gateway.seam.backend.Embedder``).
 
 The vector of an input is the model's last hidden state (after its final norm, before the
 output head) averaged over the input's tokens and scaled to unit length: what llama.cpp's
@@ -9,11 +10,7 @@ knows HTTP, pydantic or MLX.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
-
-from gateway.seam.backend import Priority
 
 # A text, or token ids taken as they are.
 EmbeddingInput = str | tuple[int, ...]
@@ -25,16 +22,3 @@ class Embeddings:
 
     vectors: tuple[tuple[float, ...], ...]
     prompt_tokens: int
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """A backend that embeds (a local tier); checked with ``isinstance``."""
-
-    async def embed(
-        self, inputs: Sequence[EmbeddingInput], priority: Priority = Priority.TASK
-    ) -> Embeddings:
-        """All ``inputs`` as one job in the slot. Raises InvalidRequestError (param
-        ``input[i]``) for an empty input, a token id outside the vocabulary, or an input
-        longer than the context."""
-        ...
