@@ -29,9 +29,9 @@ test-unit: setup
 	bash ops/run-tests.sh tests/unit -m "not e2e and not real"
 
 check: $(STAMP)
-	$(VENV)/bin/ruff check gateway bench tests ops
-	$(VENV)/bin/ruff format --check gateway bench tests ops
-	$(VENV)/bin/mypy gateway bench
+	$(VENV)/bin/ruff check gateway bench testsupport tests ops
+	$(VENV)/bin/ruff format --check gateway bench testsupport tests ops
+	$(VENV)/bin/mypy gateway bench testsupport
 	$(VENV)/bin/lint-imports
 	$(PY) ops/check_import_cycles.py
 	$(PY) ops/check_function_length.py

@@ -47,7 +47,10 @@ from typing import Any
 
 import httpx
 
-from bench.process import (
+from bench.stats import Summary, table, write_json
+from bench.streaming import stream_chat
+from gateway.modelstore.store import DEFAULT_MODEL_ID
+from testsupport.process import (
     RunningGateway,
     RunningUpstream,
     baseline_env,
@@ -55,9 +58,6 @@ from bench.process import (
     start_mlx_lm_server,
     store_serving,
 )
-from bench.stats import Summary, table, write_json
-from bench.streaming import stream_chat
-from gateway.modelstore.store import DEFAULT_MODEL_ID
 
 SERVER = "mlx_lm.server"
 PROFILED_REQUESTS = 8

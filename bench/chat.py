@@ -17,9 +17,9 @@ from typing import Any
 
 import httpx
 
-from bench.process import RunningGateway, baseline_env, start_gateway
 from bench.stats import Summary, ratio, table, write_json
 from bench.streaming import stream_chat
+from testsupport.process import RunningGateway, baseline_env, start_gateway
 
 PROMPT = [
     {"role": "system", "content": "You are a helpful assistant who writes vivid prose."},

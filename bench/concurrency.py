@@ -41,10 +41,10 @@ from typing import Any
 
 import httpx
 
-from bench.process import start_gateway, start_mlx_lm_server
 from bench.stats import Summary, ratio, table, write_json
 from bench.streaming import Streamed, stream_chat
 from bench.versus import GATEWAY, SERVER, same_weights
+from testsupport.process import start_gateway, start_mlx_lm_server
 
 DEFAULT_CLIENTS = (1, 2, 4, 8)
 POLL_SECONDS = 0.05  # a GET of /v1/scheduler is well under a millisecond of the event loop

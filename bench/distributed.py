@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.chat import PROMPT, SEED, measure
-from bench.process import RunningGateway, start_gateway
 from bench.stats import Summary, ratio, table, write_json
 from bench.streaming import stream_chat
-from bench.synthetic import SyntheticSpec, build_synthetic
+from testsupport.process import RunningGateway, start_gateway
+from testsupport.synthetic import SyntheticSpec, build_synthetic
 
 NO_EOS = {"2": -100}  # SmolLM2's <|im_end|>
 IDLE_SECONDS = 5.0

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.process import start_gateway
 from bench.stats import Summary, table, write_json
 from gateway.modelstore.store import DEFAULT_MODEL_ID
+from testsupport.process import start_gateway
 
 BATCH_SIZES = (1, 8, 32)
 # Fixed short texts (5-10 words each), cycled to fill a batch.

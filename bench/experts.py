@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.models import peak_rss_bytes
-from bench.process import RunningGateway, start_gateway
 from bench.stats import Summary, ratio, table, write_json
 from bench.streaming import stream_chat
+from testsupport.process import RunningGateway, start_gateway
 
 MODEL_NAME = "qwen3-moe-1.7b-f16"
 SHAPE: dict[str, Any] = {
@@ -56,7 +56,7 @@ HIT = re.compile(r'gateway_expert_cache_(hits|misses)_total\{tier="default"\} ([
 
 def build_model(cache_root: Path) -> Path:
     """The synthetic model's folder, built once (~40 s here) and reused."""
-    from bench.synthetic import SyntheticSpec, build_synthetic
+    from testsupport.synthetic import SyntheticSpec, build_synthetic
 
     folder = cache_root / MODEL_NAME
     if not (folder / "config.json").is_file():

@@ -20,10 +20,10 @@ from typing import Any
 
 import httpx
 
-from bench.process import start_gateway
 from bench.stats import Summary, ratio, table, write_json
 from bench.streaming import stream_chat
 from gateway.modelstore.store import DEFAULT_MODEL_ID
+from testsupport.process import start_gateway
 
 NEW_MESSAGE = "Given all that, which city should I visit first, and why?"
 SPECULATED_MAX_TOKENS = 32  # more than the 16 speculated: the rest follows from their cache

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.chat import PROMPT, SEED
-from bench.process import RunningGateway, start_gateway
 from bench.stats import Summary, ratio, table, write_json
 from bench.streaming import stream_chat
+from testsupport.process import RunningGateway, start_gateway
 
 REPO_ID = "bench/qwen3-1b-4bit"
 SHAPE: dict[str, Any] = {
@@ -39,7 +39,7 @@ FORMS = ("float32", "4bit")
 
 def build_model(cache_root: Path) -> Path:
     """The synthetic model's folder (built once, then reused), and its HF-cache copy."""
-    from bench.synthetic import SyntheticSpec, build_synthetic, place_in_hf_cache
+    from testsupport.synthetic import SyntheticSpec, build_synthetic, place_in_hf_cache
 
     folder = cache_root / "qwen3-1b-4bit"
     if not (folder / "config.json").is_file():

@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 
-from bench.process import RunningGateway, this_and_baseline
 from bench.stats import Summary, ratio, table, write_json
+from testsupport.process import RunningGateway, this_and_baseline
 
 MODEL = "smollm2-135m-instruct"
 WORDS = (100, 700, 1_400)  # about 3.9 SmolLM2 tokens each: ~390, ~2.7K and ~5.5K tokens

@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from bench.process import start_gateway
 from bench.stats import Summary, ratio, table, write_json
+from testsupport.process import start_gateway
 
 CLIENTS = 8
 MESSAGES = 40_000  # ~2.4 MB: under the default max_request_bytes (4 MiB)

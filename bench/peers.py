@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from bench.process import RunningGateway, start_gateway
 from bench.stats import Summary, ratio, table, write_json
+from testsupport.process import RunningGateway, start_gateway
 
 REQUESTS = 20
 SECRET = "bench-peer-secret-0123456789"

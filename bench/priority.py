@@ -33,10 +33,10 @@ from typing import Any
 
 import httpx
 
-from bench.process import RunningGateway, baseline_env, start_gateway, store_serving
 from bench.stats import Summary, ratio, table, write_json
 from bench.streaming import stream_chat
 from gateway.modelstore.store import DEFAULT_MODEL_ID
+from testsupport.process import RunningGateway, baseline_env, start_gateway, store_serving
 
 USER_PROMPT = [
     {"role": "system", "content": "You are a concise assistant."},

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.hints import NEW_MESSAGE, _ready_hint, _ttft, fixed_context
-from bench.process import start_gateway
 from bench.stats import Summary, ratio, table, write_json
+from testsupport.process import start_gateway
 
 OTHER_MESSAGE = "And which one should I keep for last?"
 

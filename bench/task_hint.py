@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from bench.process import RunningGateway, this_and_baseline
 from bench.stats import Summary, ratio, table, write_json
+from testsupport.process import RunningGateway, this_and_baseline
 
 TASK = "title"  # a background task type with a short answer (max_tokens 24)
 QUIET_SECONDS = 2.5  # longer than the default typing_quiet_seconds (2)

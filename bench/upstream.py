@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.chat import measure, stream_token_times
-from bench.process import start_gateway, start_mlx_lm_server
 from bench.stats import Summary, ratio, table, write_json
+from testsupport.process import start_gateway, start_mlx_lm_server
 
 TIER = "upstream"
 

@@ -40,9 +40,9 @@ from bench.hints import (
     fixed_context,
     notes_for,
 )
-from bench.process import start_gateway, start_mlx_lm_server, store_serving
 from bench.stats import Summary, ratio, table, write_json
 from bench.streaming import Streamed, stream_chat
+from testsupport.process import start_gateway, start_mlx_lm_server, store_serving
 
 SECOND_MESSAGE = "And which one should I keep for last?"
 THIRD_MESSAGE = "Thanks. How long should the whole tour take?"

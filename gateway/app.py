@@ -126,7 +126,7 @@ def middleware(
     draining, checked for the API key (when one is set), then its body read within bounds."""
     key = settings.api_key
     return [
-        RequestMetricsMiddleware(metrics),
+        RequestMetricsMiddleware(metrics.requests),
         DrainingMiddleware(lifecycle),
         *([api_key_middleware(key, peers_signed=bool(settings.peers.secret))] if key else []),
         BodyGuardMiddleware(settings.max_request_bytes, settings.request_body_seconds),

@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         cache_sub.add_parser(name, parents=[common], help=text).set_defaults(func=cmd_cache)
 
     bench = sub.add_parser("bench", parents=[common], help="measure; see ops/README.md")
-    try:  # the benchmarks and their process harness ship with the checkout, not the wheel
+    try:  # the benchmarks (bench/, testsupport/) ship with the checkout, not the wheel
         from bench import add_bench_arguments
     except ImportError:
         bench.add_argument("rest", nargs=argparse.REMAINDER)

@@ -4,17 +4,19 @@ Names follow Prometheus conventions with the ``gateway_`` prefix; where vLLM or 
 already have a well-known metric, ours is its counterpart (noted beside each family), so
 existing dashboards map over directly.
 
-The families are grouped by concern, one small class each (HTTP requests, the scheduler,
-generation, the prefix cache, hints and speculation, tiers, embeddings, model residency,
-distributed clusters, peers, expert streaming). ``GatewayMetrics`` is all of them on one
-registry: callers hold the one object and name a family directly (``metrics.peer_up``), so
-a family can move between groups without touching them.
+The families are grouped by concern, one small class each, and each concern has one
+writer: HTTP requests (the request middleware), the scheduler (its observer), generation
+(the chat service: by model, by tier, prompt reuse and speculative decoding), the prefix
+cache store, typing hints, speculation on hints, upstream servers, embeddings, model
+residency, distributed clusters, peers and expert streaming. ``GatewayMetrics`` holds one
+of each as an attribute (``metrics.peers``), all registered in one registry; the wiring
+hands each service only its own concern (``PeerInbox(..., metrics.peers)``), so a service
+cannot touch another's families and a test builds just the concern it reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import cast
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -25,13 +27,7 @@ EXPERT_READ_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-class _Concern:
-    """The families of one concern, registered in the registry they are given."""
-
-    def __init__(self, registry: CollectorRegistry) -> None: ...
-
-
-class RequestMetrics(_Concern):
+class RequestMetrics:
     """HTTP requests, counted by the outermost middleware."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -43,7 +39,7 @@ class RequestMetrics(_Concern):
         )
 
 
-class SchedulerMetrics(_Concern):
+class SchedulerMetrics:
     """The inference slot, its queues and gates; the scheduler's observer
     (``gateway.scheduler.observer.SchedulerObserver``), so the scheduler reports its events
     here instead of importing this module. It publishes its lanes when it is built."""
@@ -136,8 +132,10 @@ class SchedulerMetrics(_Concern):
             self.queue_depth.labels(lane).set(depth)
 
 
-class GenerationMetrics(_Concern):
-    """What a chat generation took and gave, by model."""
+class GenerationMetrics:
+    """What a chat generation took and gave, counted by the chat service: by model (vLLM's
+    names), by tier and backend kind, how much of its prompt a KV cache held
+    (vllm:prefix_cache_queries / prefix_cache_hits) and its speculative decoding."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
@@ -165,13 +163,6 @@ class GenerationMetrics(_Concern):
             buckets=TPS_BUCKETS,
             registry=r,
         )
-
-
-class PrefixCacheMetrics(_Concern):
-    """The prefix KV-cache store (vllm:prefix_cache_queries / prefix_cache_hits)."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        r = registry
         self.prompt_tokens_cached = Counter(
             "gateway_prompt_tokens_cached",
             "Prompt tokens served from a KV cache.",
@@ -181,42 +172,10 @@ class PrefixCacheMetrics(_Concern):
         self.prompt_tokens_computed = Counter(
             "gateway_prompt_tokens_computed", "Prompt tokens prefilled.", ["model"], registry=r
         )
-        self.prefix_cache_bytes = Gauge(
-            "gateway_prefix_cache_bytes", "Bytes held by the prefix KV-cache store.", registry=r
-        )
+        self._add_by_tier(r)
 
-
-class HintMetrics(_Concern):
-    """Typing hints and the speculative first tokens they allow (no vLLM/llama.cpp
-    counterpart: nobody else sees the draft)."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        r = registry
-        self.typing_hints = Counter(
-            "gateway_typing_hints", "Typing hints by outcome.", ["outcome"], registry=r
-        )
-        self.typing_hints_posted = Counter(
-            "gateway_typing_hints_posted", "Typing hints accepted (202).", registry=r
-        )
-        self.speculations = Counter(
-            "gateway_speculations",
-            "Speculative first tokens: started, used, discarded_<reason> (mismatch, sampling, "
-            "incomplete, preempted, superseded, unused, expired, failed).",
-            ["event"],
-            registry=r,
-        )
-        self.speculated_tokens_served = Counter(
-            "gateway_speculated_tokens_served",
-            "Tokens sent to clients from a speculation instead of being generated on Enter.",
-            registry=r,
-        )
-
-
-class TierMetrics(_Concern):
-    """Tiers and backends: the same request measured per tier and backend kind."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        r = registry
+    def _add_by_tier(self, r: CollectorRegistry) -> None:
+        """The same request measured per tier and backend kind, and its drafted tokens."""
         self.tier_requests = Counter(
             "gateway_tier_requests",
             "Chat requests by tier, backend kind and outcome (ok, error, cancelled).",
@@ -248,15 +207,63 @@ class TierMetrics(_Concern):
             ["tier", "method"],
             registry=r,
         )
+
+
+class PrefixCacheMetrics:
+    """The prefix KV-cache store's size (the tokens it saves are counted per generation)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.prefix_cache_bytes = Gauge(
+            "gateway_prefix_cache_bytes",
+            "Bytes held by the prefix KV-cache store.",
+            registry=registry,
+        )
+
+
+class HintMetrics:
+    """Typing hints (no vLLM/llama.cpp counterpart)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.typing_hints = Counter(
+            "gateway_typing_hints", "Typing hints by outcome.", ["outcome"], registry=registry
+        )
+        self.typing_hints_posted = Counter(
+            "gateway_typing_hints_posted", "Typing hints accepted (202).", registry=registry
+        )
+
+
+class SpeculationMetrics:
+    """The speculative first tokens a typing hint allows (no vLLM/llama.cpp counterpart:
+    nobody else sees the draft)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.speculations = Counter(
+            "gateway_speculations",
+            "Speculative first tokens: started, used, discarded_<reason> (mismatch, sampling, "
+            "incomplete, preempted, superseded, unused, expired, failed).",
+            ["event"],
+            registry=registry,
+        )
+        self.speculated_tokens_served = Counter(
+            "gateway_speculated_tokens_served",
+            "Tokens sent to clients from a speculation instead of being generated on Enter.",
+            registry=registry,
+        )
+
+
+class UpstreamMetrics:
+    """Upstream servers (OpenAI-compatible tiers and clusters' rank 0)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
         self.upstream_errors = Counter(
             "gateway_upstream_errors",
             "Failures of upstream servers by tier and kind (timeout, transport, http_5xx...).",
             ["tier", "error"],
-            registry=r,
+            registry=registry,
         )
 
 
-class EmbeddingMetrics(_Concern):
+class EmbeddingMetrics:
     """Embeddings (vllm:request_success_total and vllm:prompt_tokens_total of a pooling
     model): requests and the tokens of their inputs."""
 
@@ -275,7 +282,7 @@ class EmbeddingMetrics(_Concern):
         )
 
 
-class ResidencyMetrics(_Concern):
+class ResidencyMetrics:
     """Ollama's load/unload cycle of local models, as metrics."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -304,7 +311,7 @@ class ResidencyMetrics(_Concern):
         )
 
 
-class ClusterMetrics(_Concern):
+class ClusterMetrics:
     """Distributed tiers (``gateway.engines.distributed``): mlx.launch clusters the gateway
     runs."""
 
@@ -324,7 +331,7 @@ class ClusterMetrics(_Concern):
         )
 
 
-class PeerMetrics(_Concern):
+class PeerMetrics:
     """Peers (no vLLM/llama.cpp counterpart): tickets between gateways, their failures and
     the peers known."""
 
@@ -387,7 +394,7 @@ class PeerMetrics(_Concern):
         )
 
 
-class ExpertMetrics(_Concern):
+class ExpertMetrics:
     """Expert streaming (``gateway.engines.experts``). No vLLM/llama.cpp counterpart; the
     hits and misses are counted per MoE layer and step (one lookup per routed expert)."""
 
@@ -420,29 +427,25 @@ class ExpertMetrics(_Concern):
         )
 
 
-class GatewayMetrics(
-    RequestMetrics,
-    SchedulerMetrics,
-    GenerationMetrics,
-    PrefixCacheMetrics,
-    HintMetrics,
-    TierMetrics,
-    EmbeddingMetrics,
-    ResidencyMetrics,
-    ClusterMetrics,
-    PeerMetrics,
-    ExpertMetrics,
-):
-    """The gateway's metric families, every concern registered in one registry of its own.
-
-    It is also the scheduler's observer (``gateway.scheduler.observer.SchedulerObserver``),
-    through ``SchedulerMetrics``.
-    """
+class GatewayMetrics:
+    """The gateway's metric families: one concern per attribute, all in one registry of
+    their own (two gateways in one process, as in tests, do not share families)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        for concern in GatewayMetrics.__bases__:  # each concern, named once: in the bases
-            cast(type[_Concern], concern).__init__(self, self.registry)
+        r = self.registry = registry or CollectorRegistry()
+        self.requests = RequestMetrics(r)
+        # The scheduler's observer (``gateway.scheduler.observer.SchedulerObserver``).
+        self.scheduler = SchedulerMetrics(r)
+        self.generation = GenerationMetrics(r)
+        self.prefix_cache = PrefixCacheMetrics(r)
+        self.hints = HintMetrics(r)
+        self.speculation = SpeculationMetrics(r)
+        self.upstream = UpstreamMetrics(r)
+        self.embeddings = EmbeddingMetrics(r)
+        self.residency = ResidencyMetrics(r)
+        self.clusters = ClusterMetrics(r)
+        self.peers = PeerMetrics(r)
+        self.experts = ExpertMetrics(r)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

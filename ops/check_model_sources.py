@@ -1,7 +1,7 @@
 """Models people already have, end to end: source x architecture x quant type -> loads,
 max |logit difference|, an answer through the official openai SDK (issue 18's table).
 
-Builds small random-weight models (``bench.synthetic``) of llama, mistral, qwen2,
+Builds small random-weight models (``testsupport.synthetic``) of llama, mistral, qwen2,
 qwen3, gemma3 and qwen3_moe, and puts them where each source keeps models, under one
 temporary root: mlx-lm folders (float32, bfloat16, MLX 4-bit and 8-bit), a Hugging Face cache
 laid out by hand (those folders, and a GGUF repo), GGUF files of ten quant types, an Ollama
@@ -74,13 +74,13 @@ class Case:
 def build_layout(root: Path, quick: bool) -> tuple[list[Case], dict[str, str], dict[str, Any]]:
     """Every model of every source under ``root``; returns the cases, the environment that
     points the sources there, and the paths of the 50-model subset for ``models list``."""
-    from bench.synthetic import (
+    from testsupport.synthetic import (
         default_tokenizer_folder,
         place_in_hf_cache,
         small_tokenizer,
         write_ollama_model,
     )
-    from bench.synthetic_gguf import folder_dtype, write_gguf
+    from testsupport.synthetic_gguf import folder_dtype, write_gguf
 
     tokenizer = small_tokenizer(default_tokenizer_folder(), root / "tokenizer")
     hub, ollama_root, studio = root / "hub", root / "ollama", root / "lmstudio"
@@ -174,8 +174,8 @@ def build_layout(root: Path, quick: bool) -> tuple[list[Case], dict[str, str], d
 
 def _folder_builder(arch: str, base: Path, tokenizer: Path) -> Any:
     """``folder(dtype, k_quant, bits)``: the synthetic folder of ``arch``, built once."""
-    from bench.synthetic import build_synthetic
-    from bench.synthetic_gguf import gguf_spec
+    from testsupport.synthetic import build_synthetic
+    from testsupport.synthetic_gguf import gguf_spec
 
     folders: dict[str, Path] = {}
 
@@ -195,8 +195,8 @@ def fifty_models(root: Path, env: dict[str, str], subset: dict[str, Any]) -> dic
     """50 models over every source, for ``models list``: 2 known ids, 18 in the HF cache
     (12 MLX, 6 GGUF repos of one file each), 18 Ollama tags, 12 LM Studio folders (6 MLX,
     6 GGUF of one file each). Links to the full layout's files; returns the environment."""
-    from bench.synthetic import place_in_hf_cache, write_ollama_model
     from gateway.modelstore import hf_cache, ollama
+    from testsupport.synthetic import place_in_hf_cache, write_ollama_model
 
     hub, ollama_root, studio = root / "hub", root / "ollama", root / "lmstudio"
     for repo_id in subset["hf"]:
@@ -237,10 +237,10 @@ def measure_logits(cases: list[Case], settings: Any, compute: Any) -> None:
     from mlx_lm.utils import _get_classes, load_tokenizer
     from mlx_lm.utils import load_model as mlx_load_model
 
-    from bench.synthetic_gguf import reference_weights
     from gateway.engines.footprint import model_bytes
     from gateway.engines.weights import choose_weights, load_model
     from gateway.wiring import resolve_model
+    from testsupport.synthetic_gguf import reference_weights
 
     references: dict[tuple[str, str], tuple[Any, Any]] = {}
     expected_ids: list[int] | None = None
@@ -304,7 +304,7 @@ def _is_quantized(folder: Path) -> bool:
 
 def ask_through_the_sdk(cases: list[Case], root: Path, config: dict[str, Any], env: dict[str, str]):
     """One gateway, a tier per case: a chat each through the openai SDK."""
-    from bench.process import start_gateway
+    from testsupport.process import start_gateway
 
     started = time.perf_counter()
     try:
@@ -391,7 +391,7 @@ def time_models_list(config_path: Path, env: dict[str, str]) -> dict[str, Any]:
 
 def uncached_hf_start(root: Path) -> dict[str, Any]:
     """Nothing is downloaded at serve time: a start on an uncached hf: id fails at once."""
-    from bench.process import start_gateway
+    from testsupport.process import start_gateway
 
     model = "hf:mlx-community/Qwen3-8B-4bit"
     env = {"HF_HUB_CACHE": str(root / "empty-hub"), "HF_HUB_OFFLINE": "1"}
@@ -471,8 +471,8 @@ def main() -> int:
     from gateway.engines.device import choose_compute_path
 
     compute = choose_compute_path()  # before MLX is imported
-    from bench.process import write_toml
     from gateway.config import Settings
+    from testsupport.process import write_toml
 
     began = time.perf_counter()
     scratch = None if args.keep else tempfile.TemporaryDirectory(prefix="check-model-sources-")

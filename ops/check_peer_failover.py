@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.process import start_gateway
 from tests.e2e.test_peers import MODEL, QUESTION, SECRET, Busy, greedy, health, wait_until
+from testsupport.process import start_gateway
 
 
 def main() -> None:

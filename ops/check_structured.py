@@ -22,7 +22,7 @@ import httpx
 import jsonschema
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.process import start_gateway
+from testsupport.process import start_gateway
 
 NAMES = ["Marco", "Aiko", "Sam", "Lena", "Omar", "Priya", "Jonas", "Chen", "Ana", "Tom"]
 CITIES = ["Naples", "Osaka", "Leeds", "Lyon", "Cairo", "Pune", "Bergen", "Xian", "Porto", "Austin"]

@@ -19,8 +19,8 @@ from pathlib import Path
 import jsonschema
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.process import start_gateway
 from tests.e2e.test_tool_calls import CLOCK, PROMPTS, WEATHER
+from testsupport.process import start_gateway
 
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, CLOCK)}  # type: ignore[index]
 CHOICES: list[object] = ["required", {"type": "function", "function": {"name": "get_time"}}, "auto"]

@@ -5,7 +5,7 @@ Issue 35: eight over-cap conversations (2.1 MB each, under ``max_request_bytes``
 during them is at most 0.3 s (a hidden test asks 0.5 s) and a one-token chat sent among them
 takes at most 1.5x its idle latency.
 
-Starts the real gateway (``bench.process.start_gateway``, the embedded model) and, per run:
+Starts the real gateway (``testsupport.process.start_gateway``, the embedded model) and, per run:
 idle, a one-token chat while ``/health`` is polled every 20 ms on its own connection; then
 the eight bodies from eight connections at once, the same chat sent 20 ms after them,
 ``/health`` polled all the while. Prints both latencies idle vs during, ``/health``'s worst,
@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.process import RunningGateway, baseline_env, start_gateway
+from testsupport.process import RunningGateway, baseline_env, start_gateway
 
 MODEL = "smollm2-135m-instruct"
 CLIENTS = 8

@@ -3,7 +3,7 @@
 Each class of hostile input is a list of cases; a case passes when the answer is a clear 4xx
 (HTTP) or a clear error (CLI: exit status 1, one line naming the problem, no traceback), the
 gateway stays healthy, and nothing is read or written outside the folder it belongs to.
-Classes that need a running gateway share one (``bench.process.start_gateway``, the embedded
+Classes that need a running gateway share one (``testsupport.process.start_gateway``, the embedded
 model); classes on model files run ``gateway models show`` on crafted files in a scratch
 cache. Prints the table (class, cases, passed, what failed) and exits 1 if a case failed.
 ``--json FILE`` writes the raw result.
@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.process import RunningGateway, start_gateway
+from testsupport.process import RunningGateway, start_gateway
 
 MODEL = "smollm2-135m-instruct"
 

@@ -8,7 +8,7 @@ once, each picking its next request at random (fixed seed), for ``--seconds``. D
 answer is a 5xx and the gateway's resident memory is flat over the last five minutes
 (its growth there, median of the last minute against the first, under 5%).
 
-Starts the real gateway (``bench.process.start_gateway``, the embedded model), samples its
+Starts the real gateway (``testsupport.process.start_gateway``, the embedded model), samples its
 RSS every 5 s from /proc, and prints a table: each kind of request, how many, their statuses,
 the slowest; then RSS at the start, at the window's start and at the end, and the load average.
 Exit status 1 if a goal is missed. ``--json FILE`` writes the raw result.
@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.process import RunningGateway, start_gateway
+from testsupport.process import RunningGateway, start_gateway
 
 MODEL = "smollm2-135m-instruct"
 WINDOW_SECONDS = 300  # RSS must be flat over the last five minutes

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.engines.runner import PromptState
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import PrefixCacheMetrics
 
 DEFAULT_MAX_ENTRIES = 64
 
@@ -24,7 +24,7 @@ class PrefixCacheStore:
     def __init__(
         self,
         max_bytes: int,
-        metrics: GatewayMetrics | None = None,
+        metrics: PrefixCacheMetrics | None = None,
         max_entries: int = DEFAULT_MAX_ENTRIES,
     ) -> None:
         from mlx_lm.models.cache import LRUPromptCache

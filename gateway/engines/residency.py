@@ -24,7 +24,7 @@ from gateway.engines.experts.stats import ExpertStats
 from gateway.engines.runner import ModelRunner
 from gateway.engines.weights import WeightsChoice
 from gateway.errors import ServiceUnavailableError
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import ResidencyMetrics
 from gateway.scheduler.jobs import JobKind, JobSpec
 from gateway.scheduler.slot import Scheduler
 from gateway.seam.backend import Priority
@@ -77,7 +77,7 @@ class LocalModels:
     def __init__(
         self,
         scheduler: Scheduler,
-        metrics: GatewayMetrics,
+        metrics: ResidencyMetrics,
         budget_bytes: int,
         memory_probe: MemoryProbe,
         clock: Callable[[], float] = time.monotonic,

@@ -26,7 +26,7 @@ import httpx
 from httpx_sse import EventSource
 
 from gateway.errors import UpstreamError, UpstreamRejectedError, UpstreamTimeoutError
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import UpstreamMetrics
 from gateway.scheduler.jobs import JobKind
 from gateway.scheduler.lease import SlotLease
 from gateway.scheduler.slot import Scheduler
@@ -76,7 +76,7 @@ class OpenAIUpstreamBackend:
         self,
         tier: str,
         config: UpstreamConfig,
-        metrics: GatewayMetrics,
+        metrics: UpstreamMetrics,
         scheduler: Scheduler | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:

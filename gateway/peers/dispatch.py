@@ -28,7 +28,7 @@ import time
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import PeerMetrics
 from gateway.peers.nodes import PeerFailed, PeerNode, PeerRefused, Peers
 from gateway.protocol.peer import Ticket
 from gateway.scheduler.slot import Scheduler
@@ -54,7 +54,7 @@ RECHECK_SECONDS = 0.05  # how often a waiting request looks at the seats again
 class Dispatcher:
     """The node's one waiting line for the seats (here or a peer's), shared by every tier."""
 
-    def __init__(self, peers: Peers, scheduler: Scheduler, metrics: GatewayMetrics) -> None:
+    def __init__(self, peers: Peers, scheduler: Scheduler, metrics: PeerMetrics) -> None:
         self.peers = peers
         self.scheduler = scheduler
         self.metrics = metrics

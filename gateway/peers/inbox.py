@@ -21,7 +21,7 @@ from gateway.errors import (
     GatewayError,
     QueueFullError,
 )
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import PeerMetrics
 from gateway.peers.signing import (
     ANSWER_SIGNATURE,
     NONCE,
@@ -55,7 +55,7 @@ class PeerInbox:
     verifier: RequestVerifier
     tasks: TaskService
     scheduler: Scheduler
-    metrics: GatewayMetrics
+    metrics: PeerMetrics
     node_id: str
     version: str
 

@@ -27,7 +27,7 @@ from httpx_sse import EventSource
 from pydantic import TypeAdapter, ValidationError
 
 from gateway.config import PeerSettings
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import PeerMetrics
 from gateway.peers.adverts import SERVICE_TYPE, Advert
 from gateway.peers.signing import ANSWER_SIGNATURE, NONCE, ResponseSigner, answer_is_signed, sign
 from gateway.protocol.peer import PROTOCOL_VERSION, Hello, Ticket, TicketEvent
@@ -106,7 +106,7 @@ class Peers:
 
     settings: PeerSettings
     tasks_hash: str
-    metrics: GatewayMetrics
+    metrics: PeerMetrics
     nodes: list[PeerNode] = field(default_factory=list)
     # Set whenever a seat may have freed (a heartbeat, a ticket's end): dispatch re-checks.
     changed: asyncio.Event = field(default_factory=asyncio.Event)

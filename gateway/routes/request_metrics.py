@@ -7,7 +7,7 @@ from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Send
 
 from gateway.errors import GatewayError
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import RequestMetrics
 
 # Gone before any answer: nginx's code, not a server error.
 CLIENT_CLOSED_REQUEST = 499
@@ -19,7 +19,7 @@ class RequestMetricsMiddleware(ASGIMiddleware):
     body guard) is counted with the status of the error it raised, which Litestar's exception
     handler around this stack then turns into the answer."""
 
-    def __init__(self, metrics: GatewayMetrics) -> None:
+    def __init__(self, metrics: RequestMetrics) -> None:
         self.metrics = metrics
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:

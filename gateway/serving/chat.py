@@ -19,7 +19,7 @@ from typing import Literal, Protocol
 
 from gateway.engines.context_length import check_context_length
 from gateway.errors import InvalidRequestError, ShuttingDownError
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import GenerationMetrics
 from gateway.protocol.openai import completion_id, now
 from gateway.seam.backend import (
     BackendEvent,
@@ -338,7 +338,7 @@ class ChatService:
     def __init__(
         self,
         registry: TierRegistry,
-        metrics: GatewayMetrics,
+        metrics: GenerationMetrics,
         typing: PromptHints,
         max_completion_tokens: int | None = None,
     ) -> None:

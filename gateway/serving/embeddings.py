@@ -15,7 +15,7 @@ import struct
 from collections.abc import Sequence
 
 from gateway.errors import InvalidRequestError
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import EmbeddingMetrics
 from gateway.protocol.embeddings import (
     CreateEmbeddingResponse,
     Embedding,
@@ -29,7 +29,7 @@ from gateway.serving.tiers import TierRegistry
 class EmbeddingsService:
     """``POST /v1/embeddings`` in the gateway's terms and back."""
 
-    def __init__(self, registry: TierRegistry, metrics: GatewayMetrics) -> None:
+    def __init__(self, registry: TierRegistry, metrics: EmbeddingMetrics) -> None:
         self.registry = registry
         self.metrics = metrics
 

@@ -33,7 +33,7 @@ from enum import StrEnum
 
 from gateway.engines.context_length import check_context_length
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import HintMetrics
 from gateway.protocol.hints import TypingHint, TypingHintRequest
 from gateway.protocol.openai import shorten
 from gateway.scheduler.gates import TypingGates
@@ -109,16 +109,22 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return min(len(a), len(b))
 
 
+# A stored Responses conversation as messages, by response id and instructions
+# (``gateway.serving.responses.ResponseHistory.messages``).
+StoredConversation = Callable[[str, str | None], Awaitable[tuple[ChatMessage, ...]]]
+
+
 class HintService:
     """Owns the typing hints and their pre-prefill jobs."""
 
     def __init__(
         self,
         registry: TierRegistry,
-        metrics: GatewayMetrics,
+        metrics: HintMetrics,
         idle_seconds: float,
         task_prompts: TaskPrompts[Tier] | None = None,
         speculator: Speculator | None = None,
+        stored_conversation: StoredConversation | None = None,
         *,
         gates: TypingGates,
     ) -> None:
@@ -131,11 +137,8 @@ class HintService:
         self.hints: dict[str, Hint] = {}
         self.by_session: dict[str, Hint] = {}
         self._followers: set[asyncio.Task[None]] = set()
-        # A stored Responses conversation as messages, by response id and instructions
-        # (wired by the app: hints may name a previous_response_id).
-        self.stored_conversation: (
-            Callable[[str, str | None], Awaitable[tuple[ChatMessage, ...]]] | None
-        ) = None
+        # Hints may name a previous_response_id: its stored conversation comes first.
+        self.stored_conversation = stored_conversation
 
     # -- the hint API ----------------------------------------------------------------------------
 

@@ -72,6 +72,43 @@ log = logging.getLogger(__name__)
 MAX_LISTED_ITEMS = 100
 
 
+class ResponseHistory:
+    """The conversations stored responses end: what a request that continues one (or a
+    typing hint for it) puts first. Reads the store only."""
+
+    def __init__(self, store: ResponseStore) -> None:
+        self.store = store
+
+    async def items(self, previous_response_id: str | None) -> list[InputItem]:
+        """The stored conversation a request continues: each response's input and output."""
+        if previous_response_id is None:
+            return []
+        try:
+            chain = await self.store.conversation(previous_response_id)
+        except BrokenChainError as exc:
+            raise NotFoundError(
+                f"Previous response with id '{shorten(previous_response_id)}' continues "
+                f"'{shorten(exc.missing)}', which is no longer stored.",
+                param="previous_response_id",
+            ) from None
+        if not chain:
+            raise NotFoundError(
+                f"Previous response with id '{shorten(previous_response_id)}' not found.",
+                param="previous_response_id",
+            )
+        items: list[InputItem] = []
+        for stored in chain:
+            items.extend(parse_items(stored.input_items))
+            items.extend(parse_items(stored.response.get("output", [])))
+        return items
+
+    async def messages(
+        self, previous_response_id: str, instructions: str | None
+    ) -> tuple[ChatMessage, ...]:
+        """A stored conversation as template messages (for typing hints)."""
+        return conversation(instructions, await self.items(previous_response_id), [])
+
+
 class ResponsesService:
     """``/v1/responses``: create, retrieve, delete, list input items."""
 
@@ -83,6 +120,7 @@ class ResponsesService:
     ) -> None:
         self.service = service
         self.store = store
+        self.history = ResponseHistory(store)
         self.unsupported_tools = unsupported_tools
 
     # -- creating --------------------------------------------------------------------------------
@@ -104,7 +142,7 @@ class ResponsesService:
         offered = offered_tools(request, self.unsupported_tools)
         if offered.dropped:
             log.info("response: hosted tools left out: %s", ", ".join(offered.dropped))
-        history = await self.history(request.previous_response_id)
+        history = await self.history.items(request.previous_response_id)
         messages = conversation(request.instructions, history, items)
         effort = request.reasoning.effort if request.reasoning else None
         sampling = SamplingParams(
@@ -141,36 +179,6 @@ class ResponsesService:
     async def abandon(self, run: ResponseRun) -> None:
         if run.chat is not None:
             await self.service.abandon(run.chat)
-
-    async def history(self, previous_response_id: str | None) -> list[InputItem]:
-        """The stored conversation a request continues: each response's input and output."""
-        if previous_response_id is None:
-            return []
-        try:
-            chain = await self.store.conversation(previous_response_id)
-        except BrokenChainError as exc:
-            raise NotFoundError(
-                f"Previous response with id '{shorten(previous_response_id)}' continues "
-                f"'{shorten(exc.missing)}', which is no longer stored.",
-                param="previous_response_id",
-            ) from None
-        if not chain:
-            raise NotFoundError(
-                f"Previous response with id '{shorten(previous_response_id)}' not found.",
-                param="previous_response_id",
-            )
-        items: list[InputItem] = []
-        for stored in chain:
-            items.extend(parse_items(stored.input_items))
-            items.extend(parse_items(stored.response.get("output", [])))
-        return items
-
-    async def stored_conversation(
-        self, previous_response_id: str, instructions: str | None
-    ) -> tuple[ChatMessage, ...]:
-        """A stored conversation as template messages (for typing hints)."""
-        history = await self.history(previous_response_id)
-        return conversation(instructions, history, [])
 
     async def start(self, run: ResponseRun) -> ResponseRun:
         run.chat = await self.service.start(run.prepared)

@@ -27,7 +27,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field, replace
 
 from gateway.errors import GatewayError
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import SpeculationMetrics
 from gateway.seam.backend import (
     Backend,
     BackendEvent,
@@ -106,7 +106,7 @@ def serves(params: SamplingParams, speculation: SamplingParams) -> bool:
 
 
 class Speculator:
-    def __init__(self, metrics: GatewayMetrics, after_seconds: float, max_tokens: int) -> None:
+    def __init__(self, metrics: SpeculationMetrics, after_seconds: float, max_tokens: int) -> None:
         self.metrics = metrics
         self.after_seconds = after_seconds
         self.max_tokens = max_tokens

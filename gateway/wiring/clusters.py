@@ -71,7 +71,7 @@ def distributed_backend(
         settings.cache_dir / "clusters",
         policy,
         http_port=cluster.port,
-        listener=metrics_listener(metrics, name),
+        listener=metrics_listener(metrics.clusters, name),
     )
     # Rank 0 is this machine, so by default the cluster computes here and takes the slot.
     upstream = OpenAIUpstreamBackend(
@@ -84,7 +84,7 @@ def distributed_backend(
             read_timeout=tier.read_timeout_seconds,
             context_length=tier.context_length,
         ),
-        metrics,
+        metrics.upstream,
         scheduler,
     )
     backend = DistributedBackend(name, tier.model, supervisor, upstream, cluster.wait_ready_seconds)

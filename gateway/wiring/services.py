@@ -37,7 +37,7 @@ from gateway.serving.embeddings import EmbeddingsService
 from gateway.serving.hints import HintService
 from gateway.serving.openai_chat import OpenAIChat
 from gateway.serving.response_store import ResponseStore
-from gateway.serving.responses import ResponsesService
+from gateway.serving.responses import ResponseHistory, ResponsesService
 from gateway.serving.speculation import Speculator
 from gateway.serving.tasks import TaskService
 from gateway.serving.tiers import TierRegistry
@@ -161,10 +161,12 @@ async def open_runtime(
 ) -> Runtime:
     compute = choose_compute_path(settings.weights)
     log.info("compute path: %s", compute.as_dict())
-    scheduler = Scheduler(scheduler_config(settings), metrics)
+    scheduler = Scheduler(scheduler_config(settings), metrics.scheduler)
     await scheduler.start()
     stack.push_async_callback(scheduler.stop)
-    local_models = LocalModels(scheduler, metrics, settings.memory_budget_bytes, kit.memory)
+    local_models = LocalModels(
+        scheduler, metrics.residency, settings.memory_budget_bytes, kit.memory
+    )
     await local_models.start()
     stack.callback(local_models.unload_all)  # after the keep-alive task has stopped
     stack.push_async_callback(local_models.stop)
@@ -212,22 +214,25 @@ async def open_serving(
     catalog = TaskCatalog.load([BUILTIN_PROMPTS, *settings.task_folders])
     peers = await open_peers(settings, catalog.hash, metrics, stack)
     if peers is not None:
-        registry = dispatch_to_peers(registry, Dispatcher(peers, runtime.scheduler, metrics))
+        registry = dispatch_to_peers(registry, Dispatcher(peers, runtime.scheduler, metrics.peers))
     task_prompts = TaskPrompts(catalog, registry)
     cache = settings.cache
-    speculator = Speculator(metrics, cache.speculate_after_seconds, cache.speculate_tokens)
+    speculator = Speculator(
+        metrics.speculation, cache.speculate_after_seconds, cache.speculate_tokens
+    )
+    history = ResponseHistory(stored.responses)
     hints = HintService(
         registry,
-        metrics,
+        metrics.hints,
         cache.hint_idle_seconds,
         task_prompts,
         speculator,
+        stored_conversation=history.messages,
         gates=runtime.scheduler.typing,
     )
-    chat = ChatService(registry, metrics, hints, settings.max_completion_tokens)
+    chat = ChatService(registry, metrics.generation, hints, settings.max_completion_tokens)
     tasks = TaskService(task_prompts, chat)
     responses = ResponsesService(chat, stored.responses, settings.responses.unsupported_tools)
-    hints.stored_conversation = responses.stored_conversation
     services = Services(
         settings=settings,
         compute=runtime.compute,
@@ -245,7 +250,7 @@ async def open_serving(
         lifecycle=lifecycle,
         peers=peers,
         peer_inbox=peer_inbox(runtime, tasks),
-        embeddings=EmbeddingsService(registry, metrics),
+        embeddings=EmbeddingsService(registry, metrics.embeddings),
     )
     discovery = await start_discovery(settings, peers, node_id(settings), catalog.hash)
     if discovery is not None:
@@ -259,7 +264,7 @@ async def open_peers(
     """The other gateways this one may hand work to (needs a secret and a node list)."""
     if not (settings.peers.secret and (settings.peers.nodes or settings.peers.discover)):
         return None
-    peers = Peers(settings.peers, tasks_hash, metrics)
+    peers = Peers(settings.peers, tasks_hash, metrics.peers)
     await peers.start()
     stack.push_async_callback(peers.stop)
     return peers
@@ -275,7 +280,7 @@ def peer_inbox(runtime: Runtime, tasks: TaskService) -> PeerInbox | None:
         RequestVerifier(peer_settings.secret, peer_settings.replay_window_seconds),
         tasks,
         runtime.scheduler,
-        runtime.metrics,
+        runtime.metrics.peers,
         node_id=node_id(settings),
         version=gateway.__version__,
     )

@@ -20,7 +20,7 @@ from gateway.engines.prefix_store import PrefixCacheStore
 from gateway.engines.residency import LocalModels, Resident
 from gateway.engines.upstream import OpenAIUpstreamBackend, UpstreamConfig, is_loopback_url
 from gateway.engines.weights import WeightsChoice
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import ExpertMetrics, GatewayMetrics
 from gateway.modelstore.store import KNOWN_MODELS
 from gateway.scheduler.slot import Scheduler
 from gateway.seam.backend import Backend
@@ -65,7 +65,7 @@ class TierBackends:
 
     def __post_init__(self) -> None:
         cache = self.settings.cache
-        self.prefix_store = PrefixCacheStore(cache.prefix_cache_bytes, self.metrics)
+        self.prefix_store = PrefixCacheStore(cache.prefix_cache_bytes, self.metrics.prefix_cache)
         self.disk = DiskPrefixes(prefix_disk_folder(self.settings), cache.persist_prefix_bytes)
 
     def backend(self, name: str, tier: TierSettings) -> Backend:
@@ -89,7 +89,7 @@ class TierBackends:
         )
         expert_stats = None
         if weights is not None and weights.experts is not None:
-            expert_stats = ExpertStats(expert_listener(self.metrics, name))
+            expert_stats = ExpertStats(expert_listener(self.metrics.experts, name))
             load = functools.partial(load, experts=StreamedExperts(weights.experts, expert_stats))
         resident = self.local_models.register(
             Resident(
@@ -123,7 +123,7 @@ class TierBackends:
             read_timeout=tier.read_timeout_seconds,
             context_length=tier.context_length,
         )
-        return OpenAIUpstreamBackend(name, config, self.metrics, self.scheduler)
+        return OpenAIUpstreamBackend(name, config, self.metrics.upstream, self.scheduler)
 
 
 def make_tier(name: str, backend: Backend, settings: TierSettings) -> Tier:
@@ -145,7 +145,7 @@ def make_registry(settings: Settings, tiers: Mapping[str, Tier]) -> TierRegistry
     return TierRegistry(tiers, settings.aliases, settings.default_tier)
 
 
-def expert_listener(metrics: GatewayMetrics, tier: str) -> CallbackListener:
+def expert_listener(metrics: ExpertMetrics, tier: str) -> CallbackListener:
     """A streamed tier's expert counts, into the metric families."""
     hits = metrics.expert_cache_hits.labels(tier)
     misses = metrics.expert_cache_misses.labels(tier)

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from bench.priority import BackgroundLoad, user_ttft_and_wait
-from bench.process import start_gateway, store_serving
+from testsupport.process import start_gateway, store_serving
 
 
 def main(folder: str) -> int:

@@ -1,7 +1,7 @@
 """The models of the GPU benchmarks, built on the device machine (nothing is downloaded there).
 
 * ``llama-1b-bf16``, ``llama-1b-4bit``, ``llama-8b-bf16``, ``llama-8b-4bit``: random weights
-  (``bench.synthetic``, mlx-lm's own llama class) in Llama-3.2-1B's and
+  (``testsupport.synthetic``, mlx-lm's own llama class) in Llama-3.2-1B's and
   Llama-3.1-8B's layer shapes, with SmolLM2's tokenizer (49,152 tokens, so the vocabulary
   projection is smaller than Llama's 128,256: the bytes per token are counted from the weights
   as built, not from Llama's);
@@ -75,7 +75,7 @@ def build(name: str, out: Path, smollm2: Path) -> Path:
             check=True,
         )
     else:
-        from bench.synthetic import SyntheticSpec, build_synthetic
+        from testsupport.synthetic import SyntheticSpec, build_synthetic
 
         if name == "tiny":
             spec = SyntheticSpec("llama", max_position_embeddings=CONTEXT)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.process import RunningGateway, start_gateway
+from testsupport.process import RunningGateway, start_gateway
 
 MODEL = "smollm2-135m-instruct"
 

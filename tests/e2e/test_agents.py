@@ -31,7 +31,7 @@ import openai
 import pytest
 
 from bench.opening import uncached_prompt
-from bench.process import RunningGateway, start_gateway
+from testsupport.process import RunningGateway, start_gateway
 
 MODEL = "smollm2-135m-instruct"
 CLIENTS = Path(__file__).resolve().parents[2] / ".cache" / "agent-clients"

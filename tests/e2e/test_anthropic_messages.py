@@ -11,8 +11,8 @@ import httpx
 import jsonschema
 import pytest
 
-from bench.process import RunningGateway, start_gateway
 from tests.e2e.test_tool_calls import WEATHER_PARAMETERS
+from testsupport.process import RunningGateway, start_gateway
 
 WEATHER_TOOL = {
     "name": "get_weather",

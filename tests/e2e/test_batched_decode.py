@@ -13,8 +13,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.process import RunningGateway
 from tests.e2e.conftest import MODEL
+from testsupport.process import RunningGateway
 
 pytestmark = pytest.mark.e2e
 

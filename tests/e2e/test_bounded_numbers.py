@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from bench.process import RunningGateway
+from testsupport.process import RunningGateway
 
 MODEL = "smollm2-135m-instruct"
 RUNS = 50

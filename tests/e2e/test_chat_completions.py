@@ -8,8 +8,8 @@ import httpx
 import openai
 import pytest
 
-from bench.process import RunningGateway
 from tests.e2e.conftest import MODEL
+from testsupport.process import RunningGateway
 
 pytestmark = pytest.mark.e2e
 NO_EOS = {"2": -100}  # <|im_end|> never sampled: the generation runs until max_tokens

@@ -15,7 +15,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from bench.process import RunningGateway
+from testsupport.process import RunningGateway
 
 MODEL = "smollm2-135m-instruct"
 WEATHER = {

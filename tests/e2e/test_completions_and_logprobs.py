@@ -8,7 +8,7 @@ import math
 import openai
 import pytest
 
-from bench.process import RunningGateway
+from testsupport.process import RunningGateway
 
 PROMPT = "The capital of France is"
 

@@ -21,8 +21,8 @@ import httpx
 import openai
 import pytest
 
-from bench.process import RunningGateway, start_gateway
-from bench.synthetic import SyntheticSpec, build_synthetic
+from testsupport.process import RunningGateway, start_gateway
+from testsupport.synthetic import SyntheticSpec, build_synthetic
 
 pytestmark = [
     pytest.mark.e2e,

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.process import RunningGateway, start_gateway
+from testsupport.process import RunningGateway, start_gateway
 
 PLUGIN = Path(__file__).resolve().parents[2] / "ops" / "editors" / "nvim"
 pytestmark = [

@@ -7,8 +7,8 @@ from typing import Any
 import openai
 import pytest
 
-from bench.process import RunningGateway
 from tests.e2e.conftest import MODEL
+from testsupport.process import RunningGateway
 
 pytestmark = pytest.mark.e2e
 USER = [{"role": "user", "content": "Hello"}]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.process import RunningGateway, start_gateway
-from bench.synthetic import SyntheticSpec, build_synthetic
+from testsupport.process import RunningGateway, start_gateway
+from testsupport.synthetic import SyntheticSpec, build_synthetic
 
 pytestmark = pytest.mark.e2e
 

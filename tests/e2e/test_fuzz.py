@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.process import RunningGateway, start_gateway
+from testsupport.process import RunningGateway, start_gateway
 
 pytestmark = pytest.mark.e2e
 # Fuzzed chats generate at most a few tokens: the run is about inputs, not the model's speed.

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.process import RunningGateway, start_gateway
-from bench.synthetic import SyntheticSpec, build_synthetic
-from bench.synthetic_gguf import write_gguf
 from gateway.modelstore.gguf.reader import read_gguf
 from tests.real_fixtures import llama_cpp_cases, real_file
+from testsupport.process import RunningGateway, start_gateway
+from testsupport.synthetic import SyntheticSpec, build_synthetic
+from testsupport.synthetic_gguf import write_gguf
 
 pytestmark = pytest.mark.e2e
 

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.process import RunningGateway
 from tests.e2e.conftest import MODEL
+from testsupport.process import RunningGateway
 
 pytestmark = pytest.mark.e2e
 HINTS = 200

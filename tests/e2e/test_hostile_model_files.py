@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.process import start_gateway
 from gateway.config import default_cache_dir
+from testsupport.process import start_gateway
 
 MODEL = "smollm2-135m-instruct"
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.process import RunningGateway
+from testsupport.process import RunningGateway
 
 MODEL = "smollm2-135m-instruct"
 

@@ -1,5 +1,5 @@
 """Model families as their templates expect, through the unmodified ``openai`` and ``anthropic``
-SDKs: one gateway, two tiers of random-weight models (``bench.synthetic``) whose
+SDKs: one gateway, two tiers of random-weight models (``testsupport.synthetic``) whose
 tokenizers have each family's special tokens and whose templates are the families' real ones
 (``tests/fixtures/templates``):
 
@@ -22,8 +22,8 @@ import anthropic
 import jsonschema
 import pytest
 
-from bench.process import RunningGateway, start_gateway
-from bench.synthetic import SyntheticSpec, build_synthetic
+from testsupport.process import RunningGateway, start_gateway
+from testsupport.synthetic import SyntheticSpec, build_synthetic
 
 TEMPLATES = Path(__file__).parent.parent / "fixtures" / "templates"
 QWEN_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.process import RunningGateway, start_gateway
-from bench.synthetic import (
+from testsupport.process import RunningGateway, start_gateway
+from testsupport.synthetic import (
     SyntheticSpec,
     build_synthetic,
     place_in_hf_cache,
@@ -43,7 +43,7 @@ def build_machine(root: Path) -> Machine:
     tiers["hf"] = "hf:test/llama-tiny"
     build_synthetic(SyntheticSpec("qwen2", seed=2), studio / "mlx-community" / "qwen2-tiny")
     tiers["studio_mlx"] = "lmstudio:mlx-community/qwen2-tiny"
-    from bench.synthetic_gguf import write_gguf
+    from testsupport.synthetic_gguf import write_gguf
 
     (root / "files").mkdir()
     gguf = write_gguf(llama, root / "files" / "llama-tiny-Q8_0.gguf", "Q8_0")

@@ -15,9 +15,9 @@ import httpx
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from bench.process import RunningGateway, free_port, start_gateway
 from gateway.metrics import GatewayMetrics
 from tests.e2e.conftest import MODEL
+from testsupport.process import RunningGateway, free_port, start_gateway
 
 pytestmark = pytest.mark.e2e
 OPS = Path(__file__).resolve().parents[2] / "ops"

@@ -29,9 +29,9 @@ import httpx
 import pytest
 from zeroconf import IPVersion, ServiceInfo, Zeroconf
 
-from bench.process import RunningGateway, start_gateway, start_gateways_together
 from gateway.peers.adverts import SERVICE_TYPE, txt_record
 from tests.e2e.test_peers import Busy, greedy, health, wait_until
+from testsupport.process import RunningGateway, start_gateway, start_gateways_together
 
 SECRET = f"discovery-peer-secret-{uuid.uuid4().hex}"
 TTL_SECONDS = 3

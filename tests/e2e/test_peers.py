@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.process import RunningGateway, free_port, start_gateway, start_gateways_together
 from gateway.peers.signing import answer_is_signed, sign
+from testsupport.process import RunningGateway, free_port, start_gateway, start_gateways_together
 
 SECRET = "loopback-peer-secret-0123456789"
 MODEL = "smollm2-135m-instruct"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.process import start_gateway
+from testsupport.process import start_gateway
 
 SYSTEM = "You are the reference librarian of a maritime museum. " * 12
 HISTORY = [{"role": "system", "content": SYSTEM}]

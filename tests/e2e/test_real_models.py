@@ -24,9 +24,9 @@ import jsonschema
 import openai
 import pytest
 
-from bench.process import RunningGateway, start_gateway, write_toml
-from bench.synthetic import place_in_hf_cache
 from tests.real_fixtures import QWEN_05B, QWEN_15B, real_file
+from testsupport.process import RunningGateway, start_gateway, write_toml
+from testsupport.synthetic import place_in_hf_cache
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real]
 

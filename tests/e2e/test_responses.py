@@ -18,7 +18,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from bench.process import RunningGateway, start_gateway
+from testsupport.process import RunningGateway, start_gateway
 
 MODEL = "smollm2-135m-instruct"
 KEY = "local"  # any key: the gateway has none set

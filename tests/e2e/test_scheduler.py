@@ -12,8 +12,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.process import RunningGateway, start_gateway
 from tests.e2e.conftest import MODEL
+from testsupport.process import RunningGateway, start_gateway
 
 pytestmark = pytest.mark.e2e
 STORY = [{"role": "user", "content": "Write a story about a fox in a forest."}]

@@ -13,8 +13,8 @@ import httpx
 import openai
 import pytest
 
-from bench.process import RunningGateway, start_gateway
 from tests.e2e.conftest import MODEL
+from testsupport.process import RunningGateway, start_gateway
 
 pytestmark = pytest.mark.e2e
 NO_EOS = {"2": -100}

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from bench.process import RunningGateway, start_gateway
+from testsupport.process import RunningGateway, start_gateway
 
 HISTORY = [
     {"role": "system", "content": "You are a concise geography tutor."},

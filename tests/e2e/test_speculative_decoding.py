@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.process import RunningGateway, start_gateway
+from testsupport.process import RunningGateway, start_gateway
 
 MODEL = "smollm2-135m-instruct"
 TIERS = ("lookup", "plain", "drafted")

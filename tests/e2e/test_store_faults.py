@@ -11,7 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from bench.process import start_gateway
+from testsupport.process import start_gateway
 
 MODEL = "smollm2-135m-instruct"
 pytestmark = pytest.mark.e2e

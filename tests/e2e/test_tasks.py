@@ -11,8 +11,8 @@ import jsonschema
 import openai
 import pytest
 
-from bench.process import RunningGateway, start_gateway
 from tests.e2e.conftest import MODEL
+from testsupport.process import RunningGateway, start_gateway
 
 pytestmark = pytest.mark.e2e
 

@@ -14,15 +14,15 @@ import httpx
 import openai
 import pytest
 
-from bench.process import (
+from gateway.config import default_cache_dir
+from gateway.modelstore.store import ModelStore
+from tests.e2e.conftest import MODEL
+from testsupport.process import (
     RunningGateway,
     RunningUpstream,
     start_gateway,
     start_mlx_lm_server,
 )
-from gateway.config import default_cache_dir
-from gateway.modelstore.store import ModelStore
-from tests.e2e.conftest import MODEL
 
 pytestmark = pytest.mark.e2e
 GEMMA = "gemma-3-270m"

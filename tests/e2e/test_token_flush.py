@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench.process import RunningGateway, start_gateway
+from testsupport.process import RunningGateway, start_gateway
 
 MODEL = "smollm2-135m-instruct"
 STORY = [{"role": "user", "content": "Tell me a short story about a lighthouse keeper."}]

@@ -9,7 +9,7 @@ import jsonschema
 import openai
 import pytest
 
-from bench.process import RunningGateway
+from testsupport.process import RunningGateway
 
 WEATHER_PARAMETERS = {
     "type": "object",

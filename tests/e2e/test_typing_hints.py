@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.process import RunningGateway, start_gateway
 from tests.e2e.conftest import MODEL
+from testsupport.process import RunningGateway, start_gateway
 
 pytestmark = pytest.mark.e2e
 HINT_IDLE_SECONDS = 8.0

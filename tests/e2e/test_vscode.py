@@ -24,7 +24,6 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.process import RunningGateway, start_gateway
 from tests.e2e.vscode_workbench import (
     CHROMEDRIVER,
     CHROMIUM,
@@ -36,6 +35,7 @@ from tests.e2e.vscode_workbench import (
     code_server,
     wait_for,
 )
+from testsupport.process import RunningGateway, start_gateway
 
 VSIX = REPO / "ops" / "editors" / "vscode" / "dist" / "onemac-gateway.vsix"
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"

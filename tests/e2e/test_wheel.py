@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.process import start_gateway
+from testsupport.process import start_gateway
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_TYPES = {"audit", "chat", "extract_profile", "summarize", "title"}

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from bench.process import free_port
+from testsupport.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / ".cache" / "vscode"

@@ -77,7 +77,6 @@ def make_task_service(tmp_path: Path) -> tuple[TaskService, dict[str, ScriptedBa
     tiers = {name: Tier(name, backend, 0) for name, backend in backends.items()}
     registry = TierRegistry(tiers, {}, "fast")  # type: ignore[arg-type]
     metrics = GatewayMetrics()
-    chat = ChatService(
-        registry, metrics, HintService(registry, metrics, 60, gates=FakeTypingGates())
-    )
+    hints = HintService(registry, metrics.hints, 60, gates=FakeTypingGates())
+    chat = ChatService(registry, metrics.generation, hints)
     return TaskService(TaskPrompts(TaskCatalog.load([tmp_path]), registry), chat), backends

@@ -37,8 +37,8 @@ def test_a_concern_registers_alone_on_a_registry_it_is_given() -> None:
 
 def test_the_scheduler_s_events_move_their_series() -> None:
     metrics = GatewayMetrics()
-    observer: SchedulerObserver = metrics
-    assert isinstance(metrics, SchedulerMetrics)
+    observer: SchedulerObserver = metrics.scheduler
+    assert isinstance(metrics.scheduler, SchedulerMetrics)
     observer.job_rejected("user", "queue_full")
     observer.job_waited("task", 0.3)
     observer.slot_taken()

@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator
 from gateway.engines.distributed.supervisor import ClusterState, ClusterSupervisor, StateListener
 from gateway.engines.upstream import OpenAIUpstreamBackend
 from gateway.errors import ServiceUnavailableError
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import ClusterMetrics
 from gateway.seam.backend import BackendEvent, BackendHealth, BackendInfo, GenerationRequest
 from gateway.seam.wrapped import WrappedBackend
 
@@ -29,7 +29,7 @@ class ClusterUnavailableError(ServiceUnavailableError):
         self.retry_after = retry_after
 
 
-def metrics_listener(metrics: GatewayMetrics, tier: str) -> StateListener:
+def metrics_listener(metrics: ClusterMetrics, tier: str) -> StateListener:
     """The cluster's state and restarts, into their metric families."""
     state = metrics.cluster_state.labels(tier)
     restarts = metrics.cluster_restarts.labels(tier)

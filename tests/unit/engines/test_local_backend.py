@@ -99,7 +99,7 @@ class CacheRunner(FakeRunner):
 @pytest.fixture
 async def slot() -> AsyncIterator[Scheduler]:
     config = SchedulerConfig(max_queued={p: 8 for p in Priority}, max_queue_wait=5.0)
-    scheduler = Scheduler(config, GatewayMetrics())
+    scheduler = Scheduler(config, GatewayMetrics().scheduler)
     await scheduler.start()
     yield scheduler
     await scheduler.stop()
@@ -111,7 +111,7 @@ def make(
     budget: int = 1000,
     disk: DiskPrefixes | None = None,
 ) -> tuple[list[LocalBackend], PrefixCacheStore, list[CacheRunner]]:
-    models = LocalModels(slot, GatewayMetrics(), budget, lambda: {"active": 0, "peak": 0})
+    models = LocalModels(slot, GatewayMetrics().residency, budget, lambda: {"active": 0, "peak": 0})
     store = PrefixCacheStore(1 << 30)
     runners: list[CacheRunner] = []
 

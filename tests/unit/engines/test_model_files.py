@@ -7,8 +7,8 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from bench.synthetic import SyntheticSpec, build_synthetic
 from gateway.engines.model_files import logits_are_finite, save_weights
+from testsupport.synthetic import SyntheticSpec, build_synthetic
 
 PROMPT = "The capital of France is"
 

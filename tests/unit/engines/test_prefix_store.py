@@ -78,7 +78,7 @@ def test_nothing_in_common_or_another_model_is_a_miss() -> None:
 
 
 def test_entries_hold_only_their_tokens_and_count_true_bytes() -> None:
-    metrics = GatewayMetrics()
+    metrics = GatewayMetrics().prefix_cache
     store = PrefixCacheStore(1 << 30, metrics)
     store.insert("smol", make_state(SYSTEM))  # mlx-lm grew its buffers to 256 tokens
     assert store.nbytes == len(SYSTEM) * BYTES_PER_TOKEN
@@ -86,7 +86,7 @@ def test_entries_hold_only_their_tokens_and_count_true_bytes() -> None:
 
 
 def test_the_byte_budget_evicts_the_least_recently_inserted() -> None:
-    metrics = GatewayMetrics()
+    metrics = GatewayMetrics().prefix_cache
     store = PrefixCacheStore(int(1.5 * len(SYSTEM) * BYTES_PER_TOKEN), metrics)
     first, second = SYSTEM, tuple(t + 100 for t in SYSTEM)
     store.insert("smol", make_state(first))
@@ -104,7 +104,7 @@ def test_a_store_without_bytes_keeps_nothing() -> None:
 
 
 def test_dropping_a_model_frees_its_entries_only() -> None:
-    metrics = GatewayMetrics()
+    metrics = GatewayMetrics().prefix_cache
     store = PrefixCacheStore(1 << 30, metrics)
     store.insert("smol", make_state(SYSTEM))
     store.insert("smol", make_state(tuple(t + 100 for t in SYSTEM)))

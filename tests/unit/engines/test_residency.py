@@ -28,7 +28,7 @@ class CountingRunner(FakeRunner):
 @pytest.fixture
 async def slot() -> AsyncIterator[Scheduler]:
     config = SchedulerConfig(max_queued={p: 8 for p in Priority}, max_queue_wait=5.0)
-    scheduler = Scheduler(config, GatewayMetrics())
+    scheduler = Scheduler(config, GatewayMetrics().scheduler)
     await scheduler.start()
     yield scheduler
     await scheduler.stop()
@@ -38,7 +38,7 @@ def make(
     scheduler: Scheduler, budget: int, keep_alive: float = 0.0
 ) -> tuple[LocalModels, Resident, Resident]:
     models = LocalModels(
-        scheduler, GatewayMetrics(), budget, memory_probe=lambda: {"active": 0, "peak": 0}
+        scheduler, GatewayMetrics().residency, budget, memory_probe=lambda: {"active": 0, "peak": 0}
     )
     a, b = (
         models.register(Resident(name, f"model-{name}", CountingRunner, MODEL_BYTES, keep_alive))

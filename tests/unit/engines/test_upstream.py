@@ -37,7 +37,7 @@ def chunk(text: str | None = None, finish: str | None = None) -> dict[str, objec
 def backend(handler: Callable[[httpx.Request], httpx.Response]) -> OpenAIUpstreamBackend:
     config = UpstreamConfig(base_url="http://upstream.test/v1", model="up", api_key="k")
     return OpenAIUpstreamBackend(
-        "big", config, GatewayMetrics(), transport=httpx.MockTransport(handler)
+        "big", config, GatewayMetrics().upstream, transport=httpx.MockTransport(handler)
     )
 
 

@@ -68,8 +68,8 @@ def test_model_bytes_match_what_mlx_holds_in_each_form(tmp_path: Path) -> None:
     from mlx.utils import tree_flatten
     from mlx_lm import load
 
-    from bench.synthetic import SyntheticSpec, build_synthetic
     from gateway.engines.weights import apply_weights
+    from testsupport.synthetic import SyntheticSpec, build_synthetic
 
     folder = build_synthetic(
         SyntheticSpec("qwen3", dtype="float16", quantization={"group_size": 32, "bits": 4}),
@@ -98,8 +98,8 @@ def test_quantized_prefill_is_computed_dequantized_and_decode_stays_quantized(
     import mlx.nn as nn
     from mlx_lm import load
 
-    from bench.synthetic import SyntheticSpec, build_synthetic
     from gateway.engines.weights import apply_weights
+    from testsupport.synthetic import SyntheticSpec, build_synthetic
 
     folder = build_synthetic(
         SyntheticSpec("llama", quantization={"group_size": 32, "bits": 4}), tmp_path / "m"

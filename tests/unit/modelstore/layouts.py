@@ -12,7 +12,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from bench.synthetic import place_in_hf_cache, write_ollama_model
+from testsupport.synthetic import place_in_hf_cache, write_ollama_model
 
 __all__ = ["place_in_hf_cache", "write_mlx_folder", "write_ollama_model", "write_safetensors"]
 

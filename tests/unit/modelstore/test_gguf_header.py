@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.synthetic import SyntheticSpec, build_synthetic
-from bench.synthetic_gguf import write_gguf
 from gateway.modelstore.gguf import convert_gguf, estimate_loaded_bytes, read_summary
 from gateway.modelstore.gguf.reader import read_gguf
+from testsupport.synthetic import SyntheticSpec, build_synthetic
+from testsupport.synthetic_gguf import write_gguf
 
 
 def test_summary_reader_and_estimate(tmp_path: Path) -> None:

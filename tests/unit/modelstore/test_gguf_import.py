@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 
-from bench.synthetic import (
+from gateway.modelstore.gguf import convert_gguf
+from testsupport.synthetic import (
     build_synthetic,
     default_tokenizer_folder,
     small_tokenizer,
 )
-from bench.synthetic_gguf import folder_dtype, gguf_spec, reference_weights, write_gguf
-from gateway.modelstore.gguf import convert_gguf
+from testsupport.synthetic_gguf import folder_dtype, gguf_spec, reference_weights, write_gguf
 
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma3", "qwen3_moe")
 QUANT_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K")

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.synthetic import SyntheticSpec, build_synthetic
-from bench.synthetic_gguf import write_gguf
 from gateway.modelstore.gguf import convert_gguf
 from gateway.modelstore.gguf.reader import read_gguf
 from gateway.modelstore.gguf.tokenizer import build_tokenizer
+from testsupport.synthetic import SyntheticSpec, build_synthetic
+from testsupport.synthetic_gguf import write_gguf
 
 TEXTS = [
     "The capital of France is Paris.",

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from gateway.config import ConfigError, PeerSettings, load_settings
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import GatewayMetrics, PeerMetrics
 from gateway.peers.adverts import Advert, read_advert, txt_record
 from gateway.peers.discovery import Discovery, advertised_addresses
 from gateway.peers.nodes import Peers
@@ -36,7 +36,7 @@ def hello(node_id: str) -> Hello:
     )
 
 
-def make_peers(nodes: list[str] | None = None, answer: str = "B") -> tuple[Peers, GatewayMetrics]:
+def make_peers(nodes: list[str] | None = None, answer: str = "B") -> tuple[Peers, PeerMetrics]:
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.host == "10.0.0.9":  # a peer that is gone
             raise httpx.ConnectError("unreachable", request=request)
@@ -44,12 +44,12 @@ def make_peers(nodes: list[str] | None = None, answer: str = "B") -> tuple[Peers
         signature = sign_answer(SECRET, request.headers["x-peer-nonce"], 200, body)
         return httpx.Response(200, content=body, headers={"x-peer-answer-signature": signature})
 
-    metrics = GatewayMetrics()
+    metrics = GatewayMetrics().peers
     settings = PeerSettings(secret=SECRET, nodes=nodes or [], discover=True)
     return Peers(settings, "ours", metrics, transport=httpx.MockTransport(handle)), metrics
 
 
-def gauge(metrics: GatewayMetrics, state: str) -> float:
+def gauge(metrics: PeerMetrics, state: str) -> float:
     return metrics.peers_discovered.labels(state)._value.get()  # type: ignore[no-any-return]
 
 

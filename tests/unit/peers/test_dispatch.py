@@ -87,14 +87,15 @@ async def collect(dispatcher: Dispatcher, local: FakeLocal) -> list[BackendEvent
 
 async def test_a_free_seat_here_keeps_the_request_here() -> None:
     local = FakeLocal()
-    dispatcher = Dispatcher(FakePeers(PEER_EVENTS), FakeScheduler(busy=False), GatewayMetrics())  # type: ignore[arg-type]
+    peers = FakePeers(PEER_EVENTS)
+    dispatcher = Dispatcher(peers, FakeScheduler(busy=False), GatewayMetrics().peers)  # type: ignore[arg-type]
     events = await collect(dispatcher, local)
     assert local.requests == [REQUEST] and isinstance(events[0], Started) and events[0].node is None
 
 
 async def test_a_busy_node_sends_the_ticket_to_a_free_peer() -> None:
     local, peers = FakeLocal(), FakePeers(PEER_EVENTS)
-    dispatcher = Dispatcher(peers, FakeScheduler(busy=True), GatewayMetrics())  # type: ignore[arg-type]
+    dispatcher = Dispatcher(peers, FakeScheduler(busy=True), GatewayMetrics().peers)  # type: ignore[arg-type]
     events = await collect(dispatcher, local)
     assert not local.requests
     assert events[0] == Started(3, 0, node="http://b")
@@ -105,7 +106,7 @@ async def test_a_busy_node_sends_the_ticket_to_a_free_peer() -> None:
 
 async def test_a_peer_that_dies_is_finished_here_from_its_token_ids() -> None:
     local, peers = FakeLocal(), FakePeers(PEER_EVENTS, fail_after=3)
-    dispatcher = Dispatcher(peers, FakeScheduler(busy=True), GatewayMetrics())  # type: ignore[arg-type]
+    dispatcher = Dispatcher(peers, FakeScheduler(busy=True), GatewayMetrics().peers)  # type: ignore[arg-type]
     events = await collect(dispatcher, local)
     (resumed,) = local.requests
     assert resumed.resume == (5, 6) and resumed.prompt == REQUEST.prompt
@@ -125,7 +126,7 @@ async def test_the_peers_seat_is_free_once_it_finished_even_if_nobody_closes_the
     # A consumer that stops at Finished (without closing the generator) must not leave the
     # peer's seat looking taken: the next request would stay here.
     local, peers = FakeLocal(), FakePeers(PEER_EVENTS)
-    dispatcher = Dispatcher(peers, FakeScheduler(busy=True), GatewayMetrics())  # type: ignore[arg-type]
+    dispatcher = Dispatcher(peers, FakeScheduler(busy=True), GatewayMetrics().peers)  # type: ignore[arg-type]
     events = dispatcher.generate(SPEC, REQUEST, local)  # type: ignore[arg-type]
     async for event in events:
         if isinstance(event, Finished):
@@ -137,7 +138,7 @@ async def test_the_peers_seat_is_free_once_it_finished_even_if_nobody_closes_the
 
 async def test_a_dead_peers_seat_is_freed_before_the_rest_is_computed_here() -> None:
     local, peers = FakeLocal(), FakePeers(PEER_EVENTS, fail_after=3)
-    dispatcher = Dispatcher(peers, FakeScheduler(busy=True), GatewayMetrics())  # type: ignore[arg-type]
+    dispatcher = Dispatcher(peers, FakeScheduler(busy=True), GatewayMetrics().peers)  # type: ignore[arg-type]
     seats_during_the_rest: list[int] = []
     original = local.generate
 

@@ -15,6 +15,7 @@ from gateway.errors import (
     ServiceUnavailableError,
     UnprocessableError,
 )
+from gateway.metrics import GatewayMetrics
 from gateway.peers.inbox import PeerInbox
 from gateway.peers.signing import NONCE, RequestVerifier, ResponseSigner, sign
 from gateway.protocol.peer import Ticket, TicketError, TicketResult, TicketStarted, TicketToken
@@ -54,7 +55,7 @@ def make_inbox(
         RequestVerifier(SECRET, 30),
         tasks,
         seat,  # type: ignore[arg-type]
-        tasks.chat.metrics,
+        GatewayMetrics().peers,
         "node-b",
         "1.2.3",
     )

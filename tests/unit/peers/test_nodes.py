@@ -40,7 +40,7 @@ async def peers_answering(answer: Hello, relay: Callable[[bytes], bytes] | None 
         return httpx.Response(200, content=body, headers={"x-peer-answer-signature": signature})
 
     settings = PeerSettings(secret=SECRET, nodes=["http://peer:8000"])
-    peers = Peers(settings, "ours", GatewayMetrics(), transport=httpx.MockTransport(handle))
+    peers = Peers(settings, "ours", GatewayMetrics().peers, transport=httpx.MockTransport(handle))
     await peers.start()
     await peers.say_hello(peers.nodes[0])
     await peers.stop()
@@ -86,7 +86,7 @@ async def test_a_hello_rewritten_on_the_way_or_unsigned_is_no_hello() -> None:
         return httpx.Response(200, content=idle)
 
     settings = PeerSettings(secret=SECRET, nodes=["http://peer:8000"])
-    peers = Peers(settings, "ours", GatewayMetrics(), transport=httpx.MockTransport(unsigned))
+    peers = Peers(settings, "ours", GatewayMetrics().peers, transport=httpx.MockTransport(unsigned))
     await peers.start()
     await peers.say_hello(peers.nodes[0])
     await peers.stop()

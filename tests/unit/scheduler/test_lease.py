@@ -13,7 +13,7 @@ from gateway.seam.backend import Priority
 
 def make() -> Scheduler:
     config = SchedulerConfig(max_queued={p: 8 for p in Priority}, pipeline_grace=0.0)
-    return Scheduler(config, GatewayMetrics())
+    return Scheduler(config, GatewayMetrics().scheduler)
 
 
 async def test_a_lease_holds_the_slot_until_released() -> None:

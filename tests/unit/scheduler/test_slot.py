@@ -53,7 +53,7 @@ def make_scheduler(**overrides: object) -> Scheduler:
         typing_quiet=0.0,
     )
     config.update(overrides)
-    return Scheduler(SchedulerConfig(**config), GatewayMetrics())  # type: ignore[arg-type]
+    return Scheduler(SchedulerConfig(**config), GatewayMetrics().scheduler)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -364,7 +364,7 @@ async def test_any_job_cancels_a_running_speculation(scheduler: Scheduler) -> No
 
 
 async def test_a_dead_dispatcher_says_so_and_fails_its_jobs_instead_of_hanging() -> None:
-    metrics = GatewayMetrics()
+    metrics = GatewayMetrics().scheduler
 
     def broken() -> None:
         raise RuntimeError("a bug in the slot's own code")

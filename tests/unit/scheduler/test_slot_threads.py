@@ -27,7 +27,7 @@ def make_scheduler() -> Scheduler:
         max_queued={Priority.USER: 64, Priority.TASK: 64, Priority.BACKGROUND: 64},
         typing_quiet=60.0,
     )
-    return Scheduler(config, GatewayMetrics())
+    return Scheduler(config, GatewayMetrics().scheduler)
 
 
 async def test_pacing_on_the_inference_thread_while_the_loop_changes_queues_and_gates() -> None:

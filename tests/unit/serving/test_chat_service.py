@@ -22,9 +22,8 @@ def make(backend: FakeBackend | None = None) -> tuple[OpenAIChat, FakeBackend, G
         "fast",
     )
     metrics = GatewayMetrics()
-    service = ChatService(
-        registry, metrics, HintService(registry, metrics, 60, gates=FakeTypingGates())
-    )
+    hints = HintService(registry, metrics.hints, 60, gates=FakeTypingGates())
+    service = ChatService(registry, metrics.generation, hints)
     return OpenAIChat(service), backend, metrics
 
 
@@ -34,7 +33,7 @@ def request(**fields: object) -> ChatCompletionRequest:
 
 
 def counted(metrics: GatewayMetrics, outcome: str) -> float:
-    return metrics.tier_requests.labels("fast", "mlx", outcome)._value.get()
+    return metrics.generation.tier_requests.labels("fast", "mlx", outcome)._value.get()
 
 
 async def test_complete_joins_tokens_and_reports_usage() -> None:

@@ -61,9 +61,8 @@ def make(
         "fast",
     )
     metrics = GatewayMetrics()
-    chat = ChatService(
-        registry, metrics, HintService(registry, metrics, 60, gates=FakeTypingGates())
-    )
+    hints = HintService(registry, metrics.hints, 60, gates=FakeTypingGates())
+    chat = ChatService(registry, metrics.generation, hints)
     return CompletionsService(chat), backend
 
 

@@ -25,7 +25,8 @@ FULL = [*HISTORY, {"role": "user", "content": "What is MLX?"}]
 def make(idle_seconds: float = 60.0, hints: bool = True) -> tuple[HintService, FakeBackend]:
     backend = FakeBackend(hints=hints)
     registry = TierRegistry({"fast": Tier("fast", backend, 0)}, {}, "fast")  # type: ignore[arg-type]
-    return HintService(registry, GatewayMetrics(), idle_seconds, gates=backend.gates), backend
+    hints = HintService(registry, GatewayMetrics().hints, idle_seconds, gates=backend.gates)
+    return hints, backend
 
 
 def hint_request(messages: list[dict[str, str]] = HISTORY, **extra: Any) -> TypingHintRequest:

@@ -37,9 +37,8 @@ def make(store: ResponseStore) -> tuple[AnthropicMessages, FakeBackend]:
     backend = FakeBackend(structured_output=True)
     registry = TierRegistry({"m": Tier("m", backend, 0)}, {}, "m")  # type: ignore[arg-type]
     metrics = GatewayMetrics()
-    chat = ChatService(
-        registry, metrics, HintService(registry, metrics, 60, gates=FakeTypingGates())
-    )
+    hints = HintService(registry, metrics.hints, 60, gates=FakeTypingGates())
+    chat = ChatService(registry, metrics.generation, hints)
     return AnthropicMessages(chat, store), backend
 
 

@@ -63,9 +63,8 @@ def service() -> tuple[ChatService, ThinkingBackend]:
     backend = ThinkingBackend()
     registry = TierRegistry({"fast": Tier("fast", backend, 0)}, {}, "fast")  # type: ignore[arg-type]
     metrics = GatewayMetrics()
-    return ChatService(
-        registry, metrics, HintService(registry, metrics, 60, gates=FakeTypingGates())
-    ), backend
+    hints = HintService(registry, metrics.hints, 60, gates=FakeTypingGates())
+    return ChatService(registry, metrics.generation, hints), backend
 
 
 def chat_request(**fields: object) -> ChatCompletionRequest:

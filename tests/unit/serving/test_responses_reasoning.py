@@ -57,9 +57,8 @@ async def test_a_failure_mid_stream_is_an_error_event_then_response_failed(
     backend = FailingBackend()
     registry = TierRegistry({"fast": Tier("fast", backend, 0)}, {}, "fast")  # type: ignore[arg-type]
     metrics = GatewayMetrics()
-    chat = ChatService(
-        registry, metrics, HintService(registry, metrics, 60, gates=FakeTypingGates())
-    )
+    hints = HintService(registry, metrics.hints, 60, gates=FakeTypingGates())
+    chat = ChatService(registry, metrics.generation, hints)
     store = ResponseStore(tmp_path / "r.sqlite3", 10, 60)
     await store.open()
     responses = ResponsesService(chat, store)

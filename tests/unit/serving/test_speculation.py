@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from gateway.metrics import GatewayMetrics
+from gateway.metrics import GatewayMetrics, SpeculationMetrics
 from gateway.seam.backend import (
     BackendEvent,
     Finished,
@@ -47,14 +47,14 @@ def take(speculator: Speculator, *args: Any) -> Speculation | None:
     return asyncio.run(speculator.take(*args))
 
 
-def speculator_with(speculation: Speculation) -> tuple[Speculator, GatewayMetrics]:
-    metrics = GatewayMetrics()
+def speculator_with(speculation: Speculation) -> tuple[Speculator, SpeculationMetrics]:
+    metrics = GatewayMetrics().speculation
     speculator = Speculator(metrics, 0.6, 16)
     speculator.by_hint[speculation.hint_id] = speculation
     return speculator, metrics
 
 
-def count(metrics: GatewayMetrics, event: str) -> float:
+def count(metrics: SpeculationMetrics, event: str) -> float:
     return metrics.speculations.labels(event)._value.get()
 
 

@@ -42,7 +42,7 @@ def backend(cluster: FakeCluster) -> DistributedBackend:
     upstream = OpenAIUpstreamBackend(
         "big",
         UpstreamConfig("http://127.0.0.1:9/v1", "default_model", same_machine=False),
-        GatewayMetrics(),
+        GatewayMetrics().upstream,
         transport=transport,
     )
     return DistributedBackend(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.synthetic import SyntheticSpec
+from testsupport.synthetic import SyntheticSpec
 
 
 def moe_spec(**changes: Any) -> SyntheticSpec:

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from bench.synthetic import SyntheticSpec, build_synthetic
 from gateway.config import TierSettings
 from gateway.engines.device import ComputePath
 from gateway.engines.experts.plan import ExpertStreaming, expert_layout
 from gateway.engines.footprint import model_bytes
 from gateway.engines.weights import choose_weights, plan_streamed
+from testsupport.synthetic import SyntheticSpec, build_synthetic
 
 from .moe import moe_spec
 

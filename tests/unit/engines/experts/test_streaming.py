@@ -8,13 +8,13 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from bench.synthetic import build_synthetic
 from gateway.engines.experts.convert import bf16_to_f32, f16_all_finite, f16_to_f32
 from gateway.engines.experts.plan import ExpertPlan, StreamedExperts
 from gateway.engines.experts.safetensors_index import index_folder
 from gateway.engines.experts.stats import CallbackListener, ExpertStats
 from gateway.engines.experts.switch import StreamedSwitch
 from gateway.engines.weights import WeightsMode, load_model
+from testsupport.synthetic import build_synthetic
 
 from .moe import moe_spec
 

@@ -23,7 +23,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from bench.synthetic import SyntheticSpec
+from testsupport.synthetic import SyntheticSpec
 
 # mlx-lm model_type -> llama.cpp architecture (mistral is written as llama, as llama.cpp does).
 GGUF_ARCHITECTURE = {
