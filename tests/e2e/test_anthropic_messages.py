@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -262,6 +263,12 @@ def test_one_service_underneath_hints_prefix_cache_and_metrics(gateway: RunningG
         )
         assert hint.status_code in (200, 202), hint.text
         hint_id = hint.json()["id"]
+        # A hint still queued when its request comes is dropped (the request runs as it
+        # would without): the request is sent once the hint's prefill has begun.
+        deadline = time.monotonic() + 60
+        while http.get(f"/v1/typing/{hint_id}").json()["state"] == "queued":
+            assert time.monotonic() < deadline, "the hint never started"
+            time.sleep(0.02)
         message = sdk.messages.create(
             model="gpt-4o-mini",
             max_tokens=4,
