@@ -46,8 +46,9 @@ from gateway.scheduler.pacing import PassPoint
 
 # A token and the log-probabilities it was drawn from.
 Drawn = tuple[int, mx.array]
-# A draw not read yet: the token is still an array of the step's (maybe unfinished) pass.
-Pending = tuple[int | mx.array, mx.array]
+# A draw not read yet: the token is still an array of the step's (maybe unfinished) pass;
+# or why this sequence could not draw (its own processors failed).
+Pending = tuple[int | mx.array, mx.array] | Exception
 
 
 class DecodeLoop(Protocol):
@@ -133,7 +134,10 @@ class BatchDecoder:
             if self._seat_of(loop) is None:
                 self._join(loop, pending)
             yield from self._step()
-        token, logprobs = loop.ready.popleft()
+        drawn = loop.ready.popleft()
+        if isinstance(drawn, Exception):
+            raise drawn
+        token, logprobs = drawn
         if not isinstance(token, int):
             token = int(token.item())  # type: ignore[arg-type]
         return token, logprobs
@@ -194,7 +198,10 @@ class BatchDecoder:
         with mx.stream(generation_stream):
             logits = self.model(inputs, cache=cache)[:, -1, :]
             for row, seat in enumerate(seats):
-                seat.drawing = seat.loop.draw(inputs[row], logits[row : row + 1])
+                try:
+                    seat.drawing = seat.loop.draw(inputs[row], logits[row : row + 1])
+                except Exception as exc:  # its own processors failed (a grammar): it alone
+                    seat.loop.ready.append(exc)  # fails, at its next token; the rest go on
         self.steps += 1
         self.sequence_steps += len(seats)
         stages = self.timing.pass_stages(len(seats)) if self.timing is not None else 1

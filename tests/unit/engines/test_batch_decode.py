@@ -159,6 +159,40 @@ def test_closed_and_set_aside_sequences_leave_and_resume(runner: MLXRunner) -> N
     assert runner.batch.size == 0 and not runner.batch.decoding
 
 
+def test_a_sequence_whose_processors_fail_fails_alone(runner: MLXRunner) -> None:
+    params = SamplingParams(max_tokens=20, temperature=0.0)
+    prompts = [prompt(runner, q) for q in QUESTIONS[:3]]
+    reference = [alone(runner, p, params) for p in prompts]
+    generations = [runner.generate(p, params) for p in prompts]
+    out: list[list[int]] = [[], [], []]
+    failed: list[BaseException] = []
+
+    def broken(token: mx.array, logits: mx.array) -> tuple[mx.array, mx.array]:
+        raise RuntimeError("the grammar rejected the state")
+
+    live = {0, 1, 2}
+    while live:
+        for i in sorted(live):
+            try:
+                event = next(e for e in generations[i] if isinstance(e, TokenEvent | Finished))
+            except StopIteration:
+                live.discard(i)
+                continue
+            except RuntimeError as exc:
+                failed.append(exc)
+                live.discard(i)
+                continue
+            if isinstance(event, TokenEvent):
+                out[i].extend(event.token_ids)
+                loop = generations[i]._loop  # type: ignore[attr-defined]
+                if i == 1 and len(out[1]) == 5 and runner.batch.size == 3:
+                    loop.draw = broken  # its next batched draw fails
+    assert len(failed) == 1 and "grammar" in str(failed[0])
+    assert out[0] == reference[0] and out[2] == reference[2]
+    assert out[1] == reference[1][: len(out[1])]
+    assert runner.batch.size == 0 and not runner.batch.decoding
+
+
 class Grained:
     """Pacing that computes every pass a layer at a time and never queues a step ahead."""
 
