@@ -3,16 +3,15 @@
 Agents' streaming clients give up when no event comes for a while (Codex CLI: 300 s); a
 stream should open at once, whatever has to happen before its first token. Each run sends a
 streamed Responses request whose prompt no cache has seen (its words drawn from a seeded
-generator per run), reads up to the first event, and leaves (the gateway stops the work).
-With ``--baseline``, another version's gateway answers the same prompts, interleaved run by
-run. The first run is the discarded warm-up.
+generator per run, ``testsupport.prompts``), reads up to the first event, and leaves (the
+gateway stops the work). With ``--baseline``, another version's gateway answers the same
+prompts, interleaved run by run. The first run is the discarded warm-up.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import random
 import tempfile
 import time
 from pathlib import Path
@@ -22,22 +21,10 @@ import httpx
 
 from bench.stats import Summary, ratio, table, write_json
 from testsupport.process import RunningGateway, this_and_baseline
+from testsupport.prompts import uncached_prompt
 
 MODEL = "smollm2-135m-instruct"
 WORDS = (100, 700, 1_400)  # about 3.9 SmolLM2 tokens each: ~390, ~2.7K and ~5.5K tokens
-POOL = [
-    "river",
-    "stone",
-    "apple",
-    "cloud",
-    "tiger",
-    "lamp",
-    "paper",
-    "window",
-    "garden",
-    "violin",
-    "copper",
-]
 # An agent's offer: 20 functions, each with a few typed parameters (a grammar to compile).
 TOOLS = [
     {
@@ -56,12 +43,6 @@ TOOLS = [
     }
     for index in range(20)
 ]
-
-
-def uncached_prompt(words: int, seed: int) -> str:
-    """Words no cache has seen (each a word of the pool and a number), the same per seed."""
-    rng = random.Random(seed)
-    return " ".join(rng.choice(POOL) + str(rng.randrange(1000)) for _ in range(words))
 
 
 def _first_event_seconds(client: httpx.Client, body: dict[str, Any]) -> float:

@@ -20,9 +20,12 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.stats import Summary, ratio, table, write_json
+
+if TYPE_CHECKING:
+    from gateway.seam.request_parts import ChatMessage
 
 FUNCTION = '''def summarize_orders(orders, currency="EUR", include_refunds=False):
     """Totals, counts and averages of a list of order records, by customer."""
@@ -102,7 +105,7 @@ RECORD_SCHEMA = {
     "required": ["name", "email", "phone", "address", "last_order_number"],
     "additionalProperties": False,
 }
-TASKS: dict[str, tuple[list[dict[str, str]], dict[str, Any] | None]] = {
+TASKS: dict[str, tuple[list[ChatMessage], dict[str, Any] | None]] = {
     "edit": (
         [
             {

@@ -11,11 +11,16 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.stats import Summary, ratio, table, write_json
 
-PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper, as JSON."}]
+if TYPE_CHECKING:
+    from gateway.seam.request_parts import ChatMessage
+
+PROMPT: list[ChatMessage] = [
+    {"role": "user", "content": "Write a long story about a lighthouse keeper, as JSON."}
+]
 SCHEMA = {
     "type": "object",
     "properties": {"story": {"type": "string", "minLength": 20000}},

@@ -59,10 +59,13 @@ class ModelFamily:
         out: list[ChatMessage] = []
         for message in messages:
             message = dict(message)
-            if message.get("tool_calls"):
+            calls = message.get("tool_calls")
+            if calls and isinstance(calls, list):
                 message["tool_calls"] = [
                     {**call, "id": mistral_call_id(str(call.get("id") or ""))}
-                    for call in message["tool_calls"]
+                    if isinstance(call, dict)
+                    else call
+                    for call in calls
                 ]
             if message.get("tool_call_id") is not None:
                 message["tool_call_id"] = mistral_call_id(str(message["tool_call_id"]))

@@ -1,4 +1,8 @@
-"""Operations endpoints: ``/health``, ``/metrics`` and ``/v1/scheduler`` (gateway extensions)."""
+"""Operations endpoints: ``/health``, ``/metrics`` and ``/v1/scheduler`` (gateway extensions).
+
+Thin handlers: ``health`` only refuses when the slot's dispatcher has stopped, and leaves the
+body (tiers, models, memory, peers) to ``_health_report``.
+"""
 
 from __future__ import annotations
 
@@ -35,19 +39,7 @@ class OpsController(Controller):
         slot = scheduler.view()
         if not slot.alive:  # no request would be served: a supervisor should restart us
             raise ServiceUnavailableError("the inference slot's dispatcher has stopped")
-        states = await tier_health(registry)
-        return {
-            "status": "ok",
-            "compute": compute.as_dict(),
-            "default_tier": registry.default,
-            "tiers": {name: _tier_entry(state) for name, state in states.items()},
-            "models": registry.names(),
-            "tasks_hash": tasks.prompts.catalog.hash,
-            "slot_busy": slot.slot_busy,
-            "memory": local_models.memory(),
-            "peers": peers.describe() if peers is not None else [],
-            **({"discovery": peers.discovery()} if peers and peers.settings.discover else {}),
-        }
+        return await _health_report(registry, compute, slot.slot_busy, local_models, tasks, peers)
 
     @get("/metrics", summary="Prometheus metrics", media_type=CONTENT_TYPE)
     async def metrics(self, metrics: NamedDependency[GatewayMetrics]) -> Response[bytes]:
@@ -60,6 +52,31 @@ class OpsController(Controller):
     )
     async def scheduler_view(self, scheduler: NamedDependency[Scheduler]) -> dict[str, Any]:
         return scheduler.snapshot()
+
+
+async def _health_report(
+    registry: TierRegistry,
+    compute: ComputePath,
+    slot_busy: bool,
+    local_models: LocalModels,
+    tasks: TaskService,
+    peers: Peers | None,
+) -> dict[str, Any]:
+    """``/health``'s body: the compute path, each tier's state, the models, the slot, memory
+    and the peers (with discovery when it is on)."""
+    states = await tier_health(registry)
+    return {
+        "status": "ok",
+        "compute": compute.as_dict(),
+        "default_tier": registry.default,
+        "tiers": {name: _tier_entry(state) for name, state in states.items()},
+        "models": registry.names(),
+        "tasks_hash": tasks.prompts.catalog.hash,
+        "slot_busy": slot_busy,
+        "memory": local_models.memory(),
+        "peers": peers.describe() if peers is not None else [],
+        **({"discovery": peers.discovery()} if peers and peers.settings.discover else {}),
+    }
 
 
 def _tier_entry(state: BackendHealth) -> dict[str, Any]:

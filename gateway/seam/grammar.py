@@ -7,8 +7,9 @@ bad schema with a 400 without importing MLX.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import overload
 
+from gateway.seam.json_value import JSONObject, JSONValue
 from gateway.seam.request_parts import Grammar
 
 
@@ -46,7 +47,11 @@ NUMBER_LIMIT = 10**15
 NUMBER_STEP = 1e-6
 
 
-def strict_objects(schema: Any) -> Any:
+@overload
+def strict_objects(schema: JSONObject) -> JSONObject: ...
+@overload
+def strict_objects(schema: JSONValue) -> JSONValue: ...
+def strict_objects(schema: JSONValue) -> JSONValue:
     """``additionalProperties: false`` on every object that does not say otherwise, and
     bounded digits for numbers: JSON-safe bounds on integers that have none, default bounds
     and decimals (``bounded_number``) on other numbers.
@@ -69,7 +74,7 @@ def strict_objects(schema: Any) -> Any:
     return schema
 
 
-def bounded_number(schema: dict[str, Any]) -> dict[str, Any]:
+def bounded_number(schema: JSONObject) -> JSONObject:
     """A ``number`` schema with its digits bounded: ``NUMBER_LIMIT`` as the bound it lacks on
     each side (where that leaves the range non-empty) and ``NUMBER_STEP`` as its
     ``multipleOf`` unless it has one (the schema's own is honoured)."""
@@ -87,9 +92,13 @@ def bounded_number(schema: dict[str, Any]) -> dict[str, Any]:
 
 # Compact JSON with readable separators: with free whitespace a small model can pad an object
 # with newlines until max_tokens. A schema's own "x-guidance" still wins.
-COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+COMPACT_JSON: JSONObject = {
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
+}
 
 
-def for_grammar(schema: dict[str, Any]) -> dict[str, Any]:
+def for_grammar(schema: JSONObject) -> JSONObject:
     """The schema as the grammar compiler gets it: compact JSON unless the schema says."""
     return schema if "x-guidance" in schema else {**schema, "x-guidance": COMPACT_JSON}

@@ -3,15 +3,18 @@
 A chat message, an output constraint and a function the model may call: the reply-format
 helpers (``grammar``, ``tool_format``, ``reasoning``) are built from these, and the seam
 (``backend.py``) describes a rendered prompt with their ``ReplyFormat``, so these live
-below both, importing nothing of the gateway.
+below both, importing nothing of the gateway but the JSON type (``json_value``): a message
+and a function's schema are JSON objects.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-ChatMessage = dict[str, Any]
+from gateway.seam.json_value import JSONObject
+
+ChatMessage = JSONObject
 
 
 @dataclass(frozen=True)
@@ -32,4 +35,4 @@ class ToolSpec:
 
     name: str
     description: str | None
-    parameters: dict[str, Any]
+    parameters: JSONObject

@@ -29,16 +29,17 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from gateway.seam.grammar import COMPACT_JSON, for_grammar, strict_objects
+from gateway.seam.json_value import JSONObject, JSONValue
 from gateway.seam.request_parts import ChatMessage, Grammar, ToolSpec
 
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"
 # Parallel calls are separated by a newline; a bound keeps a small model from looping.
 MAX_PARALLEL_CALLS = 8
-NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+NO_PARAMETERS: JSONObject = {"type": "object", "properties": {}}
 
 
 @dataclass(frozen=True)
@@ -200,10 +201,20 @@ def tools_system_text(tools: Sequence[ToolSpec]) -> str:
     )
 
 
-def _arguments_text(arguments: Any) -> str:
+def _arguments_text(arguments: JSONValue) -> str:
     if isinstance(arguments, str):
         return arguments
     return json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "))
+
+
+def _calls_text(calls: JSONValue) -> list[str]:
+    """An assistant message's ``tool_calls`` (OpenAI's shape) as call texts."""
+    texts: list[str] = []
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            texts.append(call_text(str(function["name"]), _arguments_text(function["arguments"])))
+    return texts
 
 
 def generic_tool_messages(
@@ -216,17 +227,14 @@ def generic_tool_messages(
         role = message.get("role")
         content = str(message.get("content") or "")
         if role == "assistant" and message.get("tool_calls"):
-            calls = [
-                call_text(call["function"]["name"], _arguments_text(call["function"]["arguments"]))
-                for call in message["tool_calls"]
-            ]
+            calls = _calls_text(message["tool_calls"])
             text = "\n".join([content, *calls] if content else calls)
             out.append({"role": "assistant", "content": text})
         elif role == "tool":
             response = f"<tool_response>\n{content}\n</tool_response>"
             previous = out[-1] if out else None
             if previous and previous.get("tool_results"):  # consecutive results: one turn
-                previous["content"] += "\n" + response
+                previous["content"] = f"{previous['content']}\n{response}"
             else:
                 out.append({"role": "user", "content": response, "tool_results": True})
         else:
@@ -247,7 +255,7 @@ def template_knows_tools(chat_template: str | None) -> bool:
     return bool(chat_template) and "tools" in str(chat_template)
 
 
-def template_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+def template_tools(tools: Sequence[ToolSpec]) -> list[JSONObject]:
     """The functions as chat templates take them (OpenAI's shape)."""
     return [
         {

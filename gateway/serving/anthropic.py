@@ -19,7 +19,6 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -57,6 +56,7 @@ from gateway.protocol.anthropic import (
 )
 from gateway.seam.backend import Priority, SamplingParams
 from gateway.seam.grammar import for_grammar, strict_objects
+from gateway.seam.json_value import JSONValue
 from gateway.seam.request_parts import ChatMessage, Grammar, ToolSpec
 from gateway.seam.tool_format import ToolChoice
 from gateway.serving.chat import (
@@ -307,7 +307,7 @@ def conversation(system: str | None, messages: Sequence[MessageParam]) -> tuple[
             out.append({"role": message.role, "content": message.content})
             continue
         texts: list[str] = []
-        calls: list[dict[str, Any]] = []
+        calls: list[JSONValue] = []
         for block in message.content:
             if isinstance(block, TextBlock):
                 texts.append(block.text)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -34,6 +33,7 @@ from gateway.protocol.anthropic import (
     Tool,
 )
 from gateway.protocol.openai import shorten
+from gateway.seam.json_value import JSONObject, JSONValue
 from gateway.serving.response_store import (
     BrokenChainError,
     ResponseStore,
@@ -90,9 +90,7 @@ class MessageThreads:
         thread = request.thread
         if thread is None:
             return
-        turn: dict[str, Any] = {
-            "reply": [block.model_dump(mode="json") for block in message.content]
-        }
+        turn: JSONObject = {"reply": [block.model_dump(mode="json") for block in message.content]}
         if request.system is not None:
             turn["system"] = (
                 request.system
@@ -134,11 +132,11 @@ class MessageThreads:
 
 def _read_back(
     chain: Sequence[StoredResponse],
-) -> tuple[list[MessageParam], Any, list[Tool] | None]:
+) -> tuple[list[MessageParam], JSONValue, list[Tool] | None]:
     """A stored thread's messages (each turn's, then its reply), and its latest system
     prompt and tools."""
     messages: list[MessageParam] = []
-    system: Any = None
+    system: JSONValue = None
     tools: list[Tool] | None = None
     for row in chain:
         messages.extend(_MESSAGES.validate_python(row.input_items))

@@ -5,10 +5,11 @@ they accumulate a stream, so a non-streamed reply carries the same partial input
 from __future__ import annotations
 
 import json
-from typing import Any
+
+from gateway.seam.json_value import JSONObject, JSONValue
 
 
-def partial_object(text: str) -> dict[str, Any]:
+def partial_object(text: str) -> JSONObject:
     """The longest prefix of ``text`` that closes into a JSON object (open strings, arrays
     and objects closed; an unfinished key, literal or trailing comma dropped); ``{}`` if none."""
     for cut in range(len(text), 0, -1):
@@ -16,7 +17,7 @@ def partial_object(text: str) -> dict[str, Any]:
         if candidate is None:
             continue
         try:
-            value = json.loads(candidate)
+            value: JSONValue = json.loads(candidate)
         except ValueError:
             continue
         if isinstance(value, dict):

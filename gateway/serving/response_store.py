@@ -30,9 +30,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from gateway.errors import ServiceUnavailableError
+from gateway.seam.json_value import JSONObject, JSONValue
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,8 +75,8 @@ class StoredResponse:
     id: str
     created_at: float
     previous_id: str | None
-    response: dict[str, Any]  # the response object, as returned
-    input_items: list[dict[str, Any]]  # the request's own items, each with an id
+    response: JSONObject  # the response object, as returned
+    input_items: list[JSONObject]  # the request's own items, each with an id
 
 
 class StoreUnavailableError(ServiceUnavailableError):
@@ -268,8 +269,15 @@ class ResponseStore:
         )
 
 
-def _stored(row: tuple[Any, ...]) -> StoredResponse | None:
-    """A row as a stored response; None for one whose JSON does not parse (damaged)."""
+# A row as the queries select it: id, created_at, previous_id, response and input_items (JSON).
+Row = tuple[str, float, str | None, str, str]
+
+
+def _stored(row: Row) -> StoredResponse | None:
+    """A row as a stored response; None for one whose JSON does not parse, or is not a
+    response object and a list of item objects (damaged)."""
+    response: JSONValue
+    items: JSONValue
     try:
         response, items = json.loads(row[3]), json.loads(row[4])
     except (TypeError, ValueError):
@@ -277,6 +285,9 @@ def _stored(row: tuple[Any, ...]) -> StoredResponse | None:
         return None
     if not isinstance(response, dict) or not isinstance(items, list):
         return None
+    objects = [item for item in items if isinstance(item, dict)]
+    if len(objects) != len(items):
+        return None
     return StoredResponse(
-        id=row[0], created_at=row[1], previous_id=row[2], response=response, input_items=items
+        id=row[0], created_at=row[1], previous_id=row[2], response=response, input_items=objects
     )

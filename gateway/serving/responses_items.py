@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import TypeAdapter
 
@@ -41,6 +41,7 @@ from gateway.protocol.responses import (
     qualified_name,
 )
 from gateway.seam.grammar import for_grammar, strict_objects
+from gateway.seam.json_value import JSONObject, JSONValue
 from gateway.seam.request_parts import ChatMessage, Grammar, ToolSpec
 from gateway.seam.tool_format import ToolChoice
 from gateway.serving.chat import ToolUse
@@ -80,18 +81,21 @@ def _append(out: list[ChatMessage], item: InputItem, param: str | None) -> None:
         text = _text(item.content, param)
         role = "system" if item.role == "developer" else item.role
         if role == "assistant" and _open_assistant(out) and not out[-1].get("tool_calls"):
-            out[-1]["content"] += text  # an earlier reply's parts, sent back one by one
+            out[-1]["content"] = f"{out[-1]['content']}{text}"  # earlier parts, one by one
             return
         out.append({"role": role, "content": text})
     elif isinstance(item, FunctionCallItem):
         name = qualified_name(item.name, item.namespace)
-        call = {
+        call: JSONObject = {
             "id": item.call_id,
             "type": "function",
             "function": {"name": name, "arguments": _json_or_text(item.arguments)},
         }
-        if _open_assistant(out):
-            out[-1].setdefault("tool_calls", []).append(call)
+        calls = out[-1].get("tool_calls") if _open_assistant(out) else None
+        if isinstance(calls, list):
+            calls.append(call)
+        elif _open_assistant(out):
+            out[-1]["tool_calls"] = [call]
         else:
             out.append({"role": "assistant", "content": "", "tool_calls": [call]})
     elif isinstance(item, FunctionCallOutputItem):
@@ -126,20 +130,21 @@ def _text(content: str | list[ContentPart], param: str | None) -> str:
     return "".join(texts)
 
 
-def _json_or_text(arguments: str) -> Any:
+def _json_or_text(arguments: str) -> JSONValue:
     """Arguments as chat templates take them: decoded JSON (text if it is not JSON)."""
     try:
-        return json.loads(arguments)
+        value: JSONValue = json.loads(arguments)
     except ValueError:
         return arguments
+    return value
 
 
-def stored_input(items: Sequence[InputItem]) -> list[dict[str, Any]]:
+def stored_input(items: Sequence[InputItem]) -> list[JSONObject]:
     """The request's items as stored and listed by ``input_items``: each with an id, a
     message's content as parts (OpenAI lists them so)."""
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     for item in items:
-        data = item.model_dump(mode="json", by_alias=True, exclude_none=True)
+        data: JSONObject = item.model_dump(mode="json", by_alias=True, exclude_none=True)
         if isinstance(item, MessageItem):
             data["type"] = "message"
             data.setdefault("status", "completed")
@@ -147,14 +152,14 @@ def stored_input(items: Sequence[InputItem]) -> list[dict[str, Any]]:
                 kind = "output_text" if item.role == "assistant" else "input_text"
                 data["content"] = [{"type": kind, "text": item.content}]
         prefix = {"message": "msg", "function_call": "fc", "reasoning": "rs"}.get(
-            data["type"], "fco"
+            str(data["type"]), "fco"
         )
         data.setdefault("id", new_id(prefix))
         out.append(data)
     return out
 
 
-def parse_items(data: list[dict[str, Any]]) -> list[InputItem]:
+def parse_items(data: object) -> list[InputItem]:
     """Stored items (inputs, or a reply's output items: they have the input items' shapes)."""
     return ITEMS.validate_python(data)
 

@@ -21,8 +21,8 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
+from gateway.seam.json_value import JSONValue
 from gateway.seam.tool_format import HERMES, HermesFormat, MistralFormat, ToolFormat
 
 _HEAD = re.compile(r'\s*\{"name":\s*"((?:[^"\\]|\\.)*)",\s*"arguments":\s*')
@@ -351,7 +351,7 @@ def _loose_call(text: str, names: frozenset[str]) -> tuple[str, str] | None:
     """``(name, arguments JSON)`` of a bare call object naming one of ``names``, else None.
     Like llama.cpp, ``parameters`` is read where ``arguments`` is absent."""
     try:
-        value: Any = json.loads(text)
+        value: JSONValue = json.loads(text)
     except ValueError:
         return None
     if not isinstance(value, dict) or value.get("name") not in names:

@@ -30,8 +30,8 @@ import httpx2  # what anthropic's SDK is built on
 import openai
 import pytest
 
-from bench.opening import uncached_prompt
 from testsupport.process import RunningGateway, start_gateway
+from testsupport.prompts import uncached_prompt
 
 MODEL = "smollm2-135m-instruct"
 CLIENTS = Path(__file__).resolve().parents[2] / ".cache" / "agent-clients"
