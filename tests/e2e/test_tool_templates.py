@@ -9,7 +9,7 @@ from mlx_lm.tokenizer_utils import TokenizerWrapper
 from transformers import AutoTokenizer
 
 from gateway.config import default_cache_dir
-from gateway.engines.mlx_runner import MLXRunner
+from gateway.engines.mlx_runner import MLXRunner, prefix_tokenizer_of
 from gateway.modelstore.store import ModelStore
 from gateway.seam.request_parts import ToolSpec
 from gateway.seam.tool_format import CALL_OPEN, template_knows_tools
@@ -34,6 +34,7 @@ def runner_with_template(template: str | None) -> MLXRunner:
     runner = MLXRunner.__new__(MLXRunner)  # the tokenizer only: no weights are loaded
     runner.tokenizer = TokenizerWrapper(tokenizer)  # as mlx-lm's load wraps it
     runner.template_knows_tools = template_knows_tools(tokenizer.chat_template)
+    runner.prefix_tokenizer = prefix_tokenizer_of(runner.tokenizer)  # as the runner tokenizes
     return runner
 
 
