@@ -102,10 +102,11 @@ class BatchDecoder:
 
     def enter(self, loop: DecodeLoop) -> bool:
         """``loop`` begins (or resumes) decoding; False when its cache cannot be batched."""
+        if loop in self.decoding:
+            return True  # asked at every step: the cache's types were checked on entry
         if self.capacity < 2 or not all(type(c) is PlainKVCache for c in loop.cache):
             return False
-        if loop not in self.decoding:
-            self.decoding.append(loop)
+        self.decoding.append(loop)
         return True
 
     def leave(self, loop: DecodeLoop) -> None:

@@ -130,6 +130,9 @@ def test_four_concurrent_streams_decode_together_each_as_alone(gateway: RunningG
     with BatchWatch(gateway) as watch:
         together = _together(gateway, [_asking(gateway, r) for r in FOUR])
     assert watch.largest >= 3, f"the requests never decoded together: {watch.sizes}"
+    batch = httpx.get(f"{gateway.base_url}/health").json()["tiers"]["default"]["batch"]
+    assert batch["max_sequences"] == 8 and batch["limited_by"] == "setting"
+    assert batch["kv_bytes_per_token"] > 0
     for request, one, batched in zip(FOUR, alone, together, strict=True):
         assert batched["finish"] in ("stop", "length")
         # Each sequence keeps its own sampler, seed, grammar and stops: the text is the

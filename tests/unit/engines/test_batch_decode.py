@@ -19,9 +19,10 @@ from gateway.engines.batch_decode import BatchDecoder, BatchLimit, batch_capacit
 from gateway.engines.device import choose_compute_path
 from gateway.engines.mlx_runner import MLXGeneration, MLXRunner
 from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
-from gateway.scheduler.pacing import PASS_POINT, ChunkBudget
+from gateway.scheduler.pacing import PASS_POINT
 from gateway.seam.backend import Finished, SamplingParams, TokenEvent
 from gateway.seam.request_parts import Grammar
+from tests.unit.engines.test_speculative_decode import Grained
 
 QUESTIONS = [
     "Tell me about cats.",
@@ -192,19 +193,6 @@ def test_a_sequence_whose_processors_fail_fails_alone(runner: MLXRunner) -> None
     assert out[0] == reference[0] and out[2] == reference[2]
     assert out[1] == reference[1][: len(out[1])]
     assert runner.batch.size == 0 and not runner.batch.decoding
-
-
-class Grained:
-    """Pacing that computes every pass a layer at a time and never queues a step ahead."""
-
-    def pause_grain(self) -> float | None:
-        return 1e-9
-
-    def chunk_budget(self, base: int) -> ChunkBudget:
-        return ChunkBudget(base)
-
-    def decode_ahead(self) -> bool:
-        return False
 
 
 def test_a_batch_paused_inside_its_pass_resumes_with_the_same_tokens(runner: MLXRunner) -> None:
