@@ -296,13 +296,14 @@ class MLXRunner:
         self.speculation = speculation if draft_folder is None else "draft_model"
         self.draft_model: Any = self._load_draft(draft_folder) if draft_folder else None
         self._speller: TokenSpeller | None = None  # built on the first request for logprobs
-        self._warm_up()
         # Sequences decoding together (``gateway.engines.batch_decode``), as many as the
-        # setting and the memory left for their KV caches allow.
+        # setting and the memory left for their KV caches allow. Before the warm-up: on a
+        # GPU it generates, and every generation's decode loop holds the batch.
         limit = batch_capacity(self, max_batch, cache_budget_bytes)
         self.batch = BatchDecoder(self.model, limit, self.timing)
         self.max_sequences = self.batch.capacity
         self.batch_limit = self.batch.limit.as_dict()
+        self._warm_up()
         self.timing.pacing = pacing
         mx.reset_peak_memory()  # report the serving peak, not the load-time conversion
         log.info("model %s ready on %s", model_id, compute.as_dict())

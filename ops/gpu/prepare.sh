@@ -47,7 +47,7 @@ for part in .gpu/part-*; do mkdir "$part.d" && mv "$part" "$part.d/" && mv "$par
 cp .gpu/payload.sha256 "$(ls -d .gpu/part-* | tail -1)/"
 # Clean copies of the two versions: the working tree may hold others' unfinished edits.
 git archive "$BEFORE" gateway prompts | tar -x -C .gpu/before
-git archive "$AFTER" gateway prompts bench ops/gpu | tar -x -C .gpu/after
+git archive "$AFTER" gateway prompts bench testsupport ops/gpu | tar -x -C .gpu/after
 echo "before=$(git rev-parse --short "$BEFORE") after=$(git rev-parse --short "$AFTER")" > .gpu/after/VERSIONS
 du -sh .gpu/part-* .gpu/before .gpu/after
 parts=(.gpu/part-*)

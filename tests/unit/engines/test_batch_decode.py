@@ -6,6 +6,7 @@ test checks that steps were batched, so that none passes with batching silently 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from mlx_lm.models.cache import KVCache
 
 from gateway.config import default_cache_dir
+from gateway.engines import mlx_runner
 from gateway.engines.batch_decode import BatchDecoder, BatchLimit, batch_capacity, batch_problem
 from gateway.engines.device import choose_compute_path
 from gateway.engines.mlx_runner import MLXGeneration, MLXRunner
@@ -244,3 +246,18 @@ def test_the_capacity_follows_the_setting_the_memory_and_the_model(runner: MLXRu
     assert batch_problem(Unbatchable(runner.model), runner.new_cache) is not None
     decoder = BatchDecoder(runner.model, BatchLimit(1, "setting", 0))
     assert not decoder.enter(object())  # type: ignore[arg-type]
+
+
+def test_a_gpu_runner_warms_up_by_generating_with_its_batch_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a GPU the load-time warm-up generates (to compile serving's shapes), and every
+    generation's decode loop holds the runner's batch: it must exist before the warm-up
+    (a runner that built it afterwards could not load on CUDA or Metal at all). Run here
+    as a GPU runner on this machine's CPU, with a short chunk (the warm-up prefills one)."""
+    monkeypatch.setitem(mlx_runner.PREFILL_CHUNK_TOKENS, "cuda", 16)
+    folder = ModelStore(default_cache_dir()).path_for(DEFAULT_MODEL_ID)
+    as_gpu = dataclasses.replace(choose_compute_path(), device="cuda")
+    gpu_runner = MLXRunner(DEFAULT_MODEL_ID, folder, as_gpu, max_batch=4)
+    assert gpu_runner.batch.capacity == 4
+    assert gpu_runner.batch.size == 0  # the warm-up's generations left nothing behind
