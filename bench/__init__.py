@@ -69,7 +69,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--profile-dir",
-        help="ceiling: one more gateway run under the per-thread profiler, written here",
+        help="ceiling, concurrency: one more gateway run (concurrency: round) under the "
+        "per-thread profiler, written here",
     )
     parser.add_argument(
         "--rows",

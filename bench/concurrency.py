@@ -23,6 +23,10 @@ suppressed either (a ``logit_bias`` would have to mean the same on both sides): 
 ask for long answers and the token counts come from each response's usage. After the
 warm-up both servers hold each prompt in their prompt caches, so a time to first token is
 mostly the wait for a place in the batch.
+
+With ``--profile-dir``, one more round of the most clients on a fresh gateway under the
+per-thread profiler (``gateway.profiling``): where the host time of a batch goes, thread by
+thread (the inference thread's steps against the event loop's streaming), in the JSON.
 """
 
 from __future__ import annotations
@@ -281,6 +285,26 @@ def report(
     return per_n
 
 
+def profiled_round(
+    workdir: Path, config: dict[str, Any], clients: int, max_tokens: int
+) -> dict[str, str]:
+    """One warm-up and one measured round of ``clients`` streams on a gateway under the
+    per-thread profiler; its summaries (thread name -> text)."""
+    from gateway.modelstore.store import DEFAULT_MODEL_ID
+    from gateway.profiling import PROFILE_DIR_ENV
+
+    folder = workdir / "profile"
+    gateway = start_gateway(workdir, config, extra_env={PROFILE_DIR_ENV: str(folder)})
+    try:
+        target = Target(gateway.base_url, "/v1/chat/completions", DEFAULT_MODEL_ID, True)
+        for _ in range(2):
+            measured = concurrent_round(target, clients, max_tokens)
+        print(f"profiled round, {clients} clients: {measured.aggregate:.1f} tok/s", flush=True)
+    finally:
+        gateway.stop()
+    return {path.stem: path.read_text() for path in sorted(folder.glob("*.txt"))}
+
+
 def _batch_health(gateway_url: str) -> dict[str, Any]:
     """The default tier's batch in ``/health`` (max_sequences, what limits it)."""
     health = httpx.get(f"{gateway_url}/health", timeout=10).json()
@@ -306,6 +330,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         load = os.getloadavg()
         alone, rounds = measure(targets, clients, args.runs, args.max_tokens)
         load_after = os.getloadavg()
+        gateway.stop()
+        gateway = None
+        profiles = (
+            profiled_round(Path(args.profile_dir), config, max(clients), args.max_tokens)
+            if args.profile_dir
+            else {}
+        )
     finally:
         if gateway is not None:
             gateway.stop()
@@ -324,6 +355,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "load_average": {"start": load, "end": load_after},
         "alone_texts": alone,
         "per_clients": per_n,
+        **({"profiles": profiles} if profiles else {}),
     }
 
 

@@ -7,6 +7,7 @@
 #   priority: as decode (join, check, install), then `run.py priority` (bench priority)
 #   speculative: as decode, then `run.py speculative` (bench speculative, issue 34)
 #   concurrency: as decode, then `run.py concurrency` (bench concurrency and priority, issue 33)
+#   batch-profile: as decode, then `run.py batch-profile` (1 and 8 clients, 8 profiled)
 # Results: $OUT/results.json and $OUT/log.txt (the device tool brings back few files).
 set -uo pipefail
 STASH=/tmp/gpu-stash SITE=/tmp/gpu-site WORK=${GPU_WORK:-/tmp/gpu-work}
@@ -16,7 +17,7 @@ case "${1:?stash, decode, priority, speculative, concurrency, more or long}" in
 stash)
   cp .gpu/part-*/* "$STASH"/ && ls -la "$STASH"
   exit ;;
-decode | priority | speculative | concurrency)
+decode | priority | speculative | concurrency | batch-profile)
   cp .gpu/part-*/* "$STASH"/ || exit 1
   rm -rf "$WORK/src" && mkdir -p "$WORK/src" && cp -r .gpu/before .gpu/after "$WORK/src/" || exit 1
   cat "$STASH"/part-* > "$WORK/payload.tar"

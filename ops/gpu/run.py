@@ -79,8 +79,14 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
     # time is left, the user's TTFT and decode speed beside 4 batched background sequences.
     "concurrency": [
         ("concurrency", "llama-1b-bf16", ["--runs", "3", "--clients", "1", "2", "4", "8",
-                                          "--max-tokens", "128"]),
+                                          "--max-tokens", "128", "--profile-dir", "{profiles}"]),
         ("priority", "llama-1b-bf16", ["--runs", "5"]),
+    ],
+    # Where a batch's host time goes on the device: 1 and 8 clients, then 8 under the
+    # per-thread profiler (its summaries in the JSON).
+    "batch-profile": [
+        ("concurrency", "llama-1b-bf16", ["--runs", "2", "--clients", "1", "8",
+                                          "--max-tokens", "128", "--profile-dir", "{profiles}"]),
     ],
 }  # fmt: skip
 # A step is started only when at least this much of the budget is left (seconds).
