@@ -16,9 +16,12 @@ objects, so its ``PromptState``, a paused job's memory release and the prefix st
 plain cache again). When one is left, the batch dissolves and it decodes alone again.
 
 Steps are computed on demand: the first sequence to ask for a token that it has not got
-computes a step for every joined sequence; the others find theirs ready. The scheduler
-advances the jobs of a batch in turn (``gateway.scheduler.slot``), one token each, so a
-sequence never holds more than a token or two.
+computes a step for every joined sequence; the others find theirs ready. As a lone
+sequence's loop does, the batch queues its next pass before the tokens of the last are read
+(fed the draws still on the device: ``mx.async_eval``), so the device computes while the
+host hands tokens on and builds the pass after; not where the scheduler says a job is about
+to pause. The scheduler advances the jobs of a batch in turn (``gateway.scheduler.slot``),
+one token each, so a sequence never holds more than a token or two.
 
 A step is computed in groups of layers where the scheduler's pacing asks for it (as a
 sequence's own step is: ``mlx_decode.pass_points``), with a ``PASS_POINT`` after each group
@@ -57,6 +60,11 @@ class DecodeLoop(Protocol):
     cache: Any  # its KV cache: a list of mlx-lm cache objects, one per layer
     ready: deque[Pending]  # tokens the batch drew for it, not yet yielded
 
+    @property
+    def plain_greedy(self) -> bool:
+        """Whether its draw is the argmax of its row and nothing else (no processors)."""
+        ...
+
     def draw(self, token: mx.array, logits: mx.array) -> tuple[mx.array, mx.array]:
         """The next token after ``token`` from its ``logits`` row, lazily, with the
         log-probabilities it came from."""
@@ -74,8 +82,10 @@ class BatchSeat:
 
     def __init__(self, loop: DecodeLoop, pending: int) -> None:
         self.loop = loop
-        self.pending = pending
-        self.drawing: tuple[mx.array, mx.array] | None = None  # its draw of the step under way
+        # The token to feed at the next pass: an int, or the draw of the pass in flight.
+        self.pending: int | mx.array = pending
+        # Its draw of the pass in flight (or why it could not draw), not yet handed over.
+        self.drawing: Pending | None = None
 
 
 class BatchDecoder:
@@ -97,6 +107,7 @@ class BatchDecoder:
         self.cache: list[BatchKVCache] | None = None
         self.steps = 0
         self.sequence_steps = 0
+        self.passes_ahead = 0  # passes queued before the last one's tokens were read
 
     # -- membership (called by the sequences' own loops) ----------------------------------
 
@@ -191,30 +202,83 @@ class BatchDecoder:
             batched.filter(mx.array(kept))
 
     def _step(self) -> Generator[PassPoint, None, None]:
-        """One pass over every seat's pending token; each row sampled by its own loop. A
-        seat that leaves while the pass is paused takes its draw along (``_extract``)."""
-        seats, cache = list(self.seats), self.cache
-        assert cache is not None
-        inputs = mx.array([[seat.pending] for seat in seats])
+        """Hand every seat its token of the pass in flight, the next pass queued first (so
+        the device computes it while the host hands tokens on and builds the pass after).
+
+        Without a pass in flight for every seat (the batch is new, or a sequence joined),
+        the seats that have a draw take it, then one pass for all is computed now, in groups
+        of layers where the pacing asks (a seat that leaves while the pass is paused takes
+        its draw along: ``_extract``). Nothing is queued ahead where the scheduler says not
+        to (a job about to pause: the device is then free at once for the next job) or
+        where a pass is computed in stages (``PassTiming.decode_ahead``)."""
+        seats = list(self.seats)
+        if any(seat.drawing is None for seat in seats):
+            for seat in seats:
+                self._hand_over(seat)
+            self._build(seats)
+            stages = self.timing.pass_stages(len(seats)) if self.timing is not None else 1
+            yield from pass_points(self.cache, stages)
+            seats = [seat for seat in seats if seat in self.seats]  # some may have left
+            self._queue(seats)
+        if seats and self._may_queue_ahead(len(seats)):
+            drawn = [seat.drawing for seat in seats]
+            self._build(seats)
+            self.passes_ahead += 1
+            self._queue(seats)
+            for seat, draw in zip(seats, drawn, strict=True):
+                assert draw is not None
+                seat.loop.ready.append(draw)
+        else:
+            for seat in seats:
+                self._hand_over(seat)
+
+    def _may_queue_ahead(self, seats: int) -> bool:
+        timing = self.timing
+        return timing is None or (timing.decode_ahead() and timing.pass_stages(seats) == 1)
+
+    def _build(self, seats: list[BatchSeat]) -> None:
+        """The graph of one pass over every seat's pending token, each row drawn by its own
+        loop (rows drawn alike, greedy with nothing else, in one go); not evaluated."""
+        inputs = mx.stack([_token_array(seat.pending) for seat in seats])
         with mx.stream(generation_stream):
-            logits = self.model(inputs, cache=cache)[:, -1, :]
+            logits = self.model(inputs, cache=self.cache)[:, -1, :]
+            greedy = [row for row, seat in enumerate(seats) if seat.loop.plain_greedy]
+            if len(greedy) > 1:
+                rows = logits[mx.array(greedy)] if len(greedy) < len(seats) else logits
+                logprobs = rows - mx.logsumexp(rows, axis=-1, keepdims=True)
+                tokens = mx.argmax(logprobs, axis=-1)
+                for at, row in enumerate(greedy):
+                    seats[row].drawing = (tokens[at : at + 1], logprobs[at])
             for row, seat in enumerate(seats):
+                if len(greedy) > 1 and row in greedy:
+                    continue
                 try:
                     seat.drawing = seat.loop.draw(inputs[row], logits[row : row + 1])
                 except Exception as exc:  # its own processors failed (a grammar): it alone
-                    seat.loop.ready.append(exc)  # fails, at its next token; the rest go on
+                    seat.drawing = exc  # fails, at its next token; the rest go on
+        for seat in seats:
+            if not isinstance(seat.drawing, Exception):
+                assert seat.drawing is not None
+                seat.pending = seat.drawing[0]
         self.steps += 1
         self.sequence_steps += len(seats)
-        stages = self.timing.pass_stages(len(seats)) if self.timing is not None else 1
-        yield from pass_points(cache, stages)
-        mx.async_eval([seat.drawing[0] for seat in seats if seat.drawing is not None])
-        for seat in seats:
-            if seat.drawing is None:
-                continue  # it left while the pass was paused, with its draw
-            token, logprobs = seat.drawing
+
+    @staticmethod
+    def _queue(seats: list[BatchSeat]) -> None:
+        mx.async_eval([s.drawing[0] for s in seats if isinstance(s.drawing, tuple)])
+
+    @staticmethod
+    def _hand_over(seat: BatchSeat) -> None:
+        if seat.drawing is not None:
+            seat.loop.ready.append(seat.drawing)
             seat.drawing = None
-            seat.pending = int(token.item())  # type: ignore[arg-type]
-            seat.loop.ready.append((seat.pending, logprobs))
+
+
+def _token_array(token: int | mx.array) -> mx.array:
+    """A token to feed, as a 1-element array (an int, or a draw of a step still computing)."""
+    if isinstance(token, int):
+        return mx.array([token], dtype=mx.uint32)
+    return token.reshape(1).astype(mx.uint32)
 
 
 def batch_capacity(runner: Any, max_batch: int, cache_budget_bytes: int | None) -> BatchLimit:

@@ -29,7 +29,8 @@ What differs, and why:
    a seed, the same tokens as without drafting: draw k is the k-th token's either way).
 5. Batched decode (``gateway.engines.batch_decode``): while other sequences of the same
    model decode too, the loop takes its tokens from the batch's steps (one pass for all,
-   each row drawn by its own loop's ``draw``), neither drafting nor queueing ahead.
+   each row drawn by its own loop's ``draw``, the next pass queued by the batch), neither
+   drafting nor queueing a step of its own.
 """
 
 from __future__ import annotations
@@ -126,6 +127,12 @@ class DecodeLoop:
                 yield from self._decode(first, max_tokens - 1)
             finally:
                 self.set_aside()
+
+    @property
+    def plain_greedy(self) -> bool:
+        """Whether its draw is the argmax of its logits and nothing else: a batch draws such
+        rows together."""
+        return not self.processors and self.sampler is greedy_sampler
 
     def set_aside(self) -> None:
         """Stop decoding in the batch (the job ended or is paused): the rows go back into

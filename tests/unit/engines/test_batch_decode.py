@@ -96,6 +96,29 @@ def test_greedy_and_seeded_sequences_decode_together_as_alone(runner: MLXRunner)
     assert runner.batch.size == 0 and not runner.batch.decoding  # all left
 
 
+def test_plain_greedy_rows_drawn_together_and_passes_queued_ahead_keep_the_tokens(
+    runner: MLXRunner,
+) -> None:
+    """Rows drawn alike (greedy, no processors) are drawn in one go, beside a sampled row
+    and a penalized one; every pass after the first is queued before the tokens of the one
+    before are read. Each sequence still gets the tokens it gets alone."""
+    greedy = SamplingParams(max_tokens=30, temperature=0.0)
+    params = [
+        greedy,
+        SamplingParams(max_tokens=30, temperature=0.8, seed=3),
+        greedy,
+        SamplingParams(max_tokens=30, temperature=0.0, presence_penalty=0.5),
+    ]
+    prompts = [prompt(runner, q) for q in QUESTIONS]
+    reference = [alone(runner, p, s) for p, s in zip(prompts, params, strict=True)]
+    ahead, steps = runner.batch.passes_ahead, runner.batch.steps
+    together, _ = in_turn([runner.generate(p, s) for p, s in zip(prompts, params, strict=True)])
+    assert together == reference
+    ahead, steps = runner.batch.passes_ahead - ahead, runner.batch.steps - steps
+    # A pass is computed at once only where a sequence joined (no pass in flight for it).
+    assert steps > 20 and ahead >= steps - len(params), "passes should be queued ahead"
+
+
 def test_grammar_and_stop_each_hold_in_the_batch(runner: MLXRunner) -> None:
     schema = {
         "type": "object",
@@ -129,9 +152,12 @@ def test_grammar_and_stop_each_hold_in_the_batch(runner: MLXRunner) -> None:
     for generation, tokens in zip(generations, together, strict=True):
         assert isinstance(generation, MLXGeneration) and generation.state is not None
         # The cache left behind holds exactly the tokens it says (the prompt and all but
-        # at most the last token), and is a plain one again.
+        # at most the last token, or all and the end token that ended the reply: the
+        # batch's next pass is queued before a token is read), and is a plain one again.
         state, held = generation.state, [*generation.prompt, *tokens]
-        assert list(state.tokens) == held[: len(state.tokens)]
+        beyond = list(state.tokens[len(held) :])
+        assert list(state.tokens[: len(held)]) == held[: len(state.tokens)]
+        assert beyond == [] or (len(beyond) == 1 and beyond[0] in runner.eos_token_ids)
         assert len(state.tokens) >= len(held) - 1
         assert runner.cache_length(state.cache) == len(state.tokens)
         assert all(type(layer) is KVCache and layer.keys is not None for layer in state.cache)
@@ -170,7 +196,7 @@ def test_a_sequence_whose_processors_fail_fails_alone(runner: MLXRunner) -> None
     out: list[list[int]] = [[], [], []]
     failed: list[BaseException] = []
 
-    def broken(token: mx.array, logits: mx.array) -> tuple[mx.array, mx.array]:
+    def broken(seen: mx.array, logits: mx.array) -> mx.array:  # a processor, as a grammar's
         raise RuntimeError("the grammar rejected the state")
 
     live = {0, 1, 2}
@@ -190,7 +216,7 @@ def test_a_sequence_whose_processors_fail_fails_alone(runner: MLXRunner) -> None
                 loop = generations[i]._loop
                 if i == 1 and len(out[1]) == 5 and runner.batch.size == 3:
                     assert loop is not None
-                    loop.draw = broken  # type: ignore[method-assign]  # its next draw fails
+                    loop.processors = [broken]  # its next draw fails
     assert len(failed) == 1 and "grammar" in str(failed[0])
     assert out[0] == reference[0] and out[2] == reference[2]
     assert out[1] == reference[1][: len(out[1])]
