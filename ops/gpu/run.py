@@ -74,11 +74,11 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
         ("speculative", "llama-1b-bf16", ["--runs", "5", "--max-tokens", "128", "--tasks", "chat",
                                           "--draft-model", "{model:smollm2-bf16}"]),
     ],
-    # Issue 33: batched decode. 1, 2, 4 and 8 concurrent greedy clients, the gateway vs
+    # Issue 33: batched decode. 1, 4 and 8 concurrent greedy clients (what it asks), the gateway vs
     # mlx_lm.server on the Llama-1B shape (bf16), as in the issue's H200 table; then, if
     # time is left, the user's TTFT and decode speed beside 4 batched background sequences.
     "concurrency": [
-        ("concurrency", "llama-1b-bf16", ["--runs", "3", "--clients", "1", "2", "4", "8",
+        ("concurrency", "llama-1b-bf16", ["--runs", "5", "--clients", "1", "4", "8",
                                           "--max-tokens", "128", "--profile-dir", "{profiles}"]),
         ("priority", "llama-1b-bf16", ["--runs", "5"]),
     ],
