@@ -9,6 +9,7 @@ is trimmed from its cache before the next guess.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +29,10 @@ class DraftModel:
         self.model = model
         self.cache = make_prompt_cache(model)
         self._fed: list[int] = []  # the tokens this cache holds
+        # What one guess cost at the last proposal (its own decode steps only, not the
+        # catch-up over the tokens kept): against the model's step, whether drafting
+        # could pay even if every guess were right.
+        self.seconds_per_guess: float | None = None
 
     def propose(self, history: Sequence[int], limit: int) -> list[int]:
         if limit <= 0:
@@ -50,12 +55,14 @@ class DraftModel:
             mx.eval([c.state for c in self.cache])
         token = mx.array(new[-1:])
         guesses = []
+        started = time.perf_counter()
         for _ in range(limit):
             logits = self.model(token[None], cache=self.cache)[:, -1, :]
             token = mx.argmax(logits, axis=-1)
             mx.async_eval(token)
             guesses.append(token)
         draft: list[int] = mx.concatenate(guesses).tolist()  # type: ignore[assignment]
+        self.seconds_per_guess = (time.perf_counter() - started) / limit
         # Fed: the new tokens and every guess but the last.
         fed.extend(new)
         fed.extend(draft[:-1])

@@ -33,12 +33,21 @@ MISSES_BEFORE_REST = 8
 # steps, the estimate may fall before drafting rests.
 GAIN_WEIGHT = 0.3
 LOSS_STEPS = 0.25
+# A drafter whose guess costs this share of a model step or more cannot pay even when every
+# guess is right (k guesses and a verifying pass, about a step, against k + 1 steps): it
+# rests the longest after its first draft, not the doubling series from ``REST_STEPS``. A
+# draft model does on a GPU, where a small model's step costs about a large one's (both
+# are bound by per-layer launch and graph costs, not by reading their weights).
+HOPELESS_GUESS_SHARE = 0.9
 
 
 class Drafter(Protocol):
     """Guesses what comes next. ``method`` names it in metrics ("lookup", "draft_model")."""
 
     method: str
+    # What one guess cost at the last proposal; None where guessing costs next to nothing
+    # (a lookup in the text).
+    seconds_per_guess: float | None
 
     def propose(self, history: Sequence[int], limit: int) -> list[int]:
         """Up to ``limit`` tokens expected after ``history`` (the prompt and the output so
@@ -79,13 +88,29 @@ class DraftPolicy:
             if self._misses >= MISSES_BEFORE_REST:
                 self._misses, self._rest = 0, MISSES_BEFORE_REST
 
-    def verified(self, drafted: int, accepted: int, seconds: float, step_seconds: float) -> None:
+    def verified(
+        self,
+        drafted: int,
+        accepted: int,
+        seconds: float,
+        step_seconds: float,
+        seconds_per_guess: float | None = None,
+    ) -> None:
         """A draft of ``drafted`` tokens was verified in ``seconds``; ``accepted`` of them
         were right, and the pass gave one token more. Plain steps would have taken
-        ``step_seconds`` for each of those tokens."""
+        ``step_seconds`` for each of those tokens; one guess took ``seconds_per_guess``
+        (None: next to nothing)."""
         self.counts.drafted += drafted
         self.counts.accepted += accepted
         self._misses = 0
+        if (
+            seconds_per_guess is not None
+            and step_seconds > 0
+            and seconds_per_guess >= HOPELESS_GUESS_SHARE * step_seconds
+        ):
+            self._rest, self._gain = MAX_REST_STEPS, 0.0
+            self.length = min(START_LENGTH, self.max_length)
+            return
         self.length = (
             min(self.length * 2, self.max_length)
             if accepted == drafted

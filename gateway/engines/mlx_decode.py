@@ -266,7 +266,8 @@ class DecodeLoop:
         trim_prompt_cache(self.cache, len(draft) - accepted)
         seconds = time.perf_counter() - started - suspended
         step_seconds = self.timing.seconds_per_step or 0.0
-        self.policy.verified(len(draft), accepted, seconds, step_seconds)
+        guess = self.drafter.seconds_per_guess if self.drafter is not None else None
+        self.policy.verified(len(draft), accepted, seconds, step_seconds, guess)
         tokens = [token for token, _ in kept]
         # All at once, before the first is yielded: the cache holds the draft's agreeing
         # prefix already, and a job paused at one of these tokens is restored from here.

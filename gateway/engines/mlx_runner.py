@@ -300,7 +300,9 @@ class MLXRunner:
         # setting and the memory left for their KV caches allow. Before the warm-up: on a
         # GPU it generates, and every generation's decode loop holds the batch.
         limit = batch_capacity(self, max_batch, cache_budget_bytes)
-        self.batch = BatchDecoder(self.model, limit, self.timing)
+        self.batch = BatchDecoder(
+            self.model, limit, self.timing, queue_ahead=compute.device != "cpu"
+        )
         self.max_sequences = self.batch.capacity
         self.batch_limit = self.batch.limit.as_dict()
         self._warm_up()

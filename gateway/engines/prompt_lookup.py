@@ -25,6 +25,7 @@ class PromptLookup:
     """
 
     method = "lookup"
+    seconds_per_guess: float | None = None  # a lookup in the text costs next to nothing
 
     def __init__(self, reference: Sequence[int] = ()) -> None:
         # ``reference``: tokens the answer is expected to copy that are not in the prompt

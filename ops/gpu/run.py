@@ -79,7 +79,7 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
     # time is left, the user's TTFT and decode speed beside 4 batched background sequences.
     "concurrency": [
         ("concurrency", "llama-1b-bf16", ["--runs", "5", "--clients", "1", "4", "8",
-                                          "--max-tokens", "128", "--profile-dir", "{profiles}"]),
+                                          "--max-tokens", "128"]),
         ("priority", "llama-1b-bf16", ["--runs", "5"]),
     ],
     # Where a batch's host time goes on the device: 1 and 8 clients, then 8 under the

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.engines.drafting import MISSES_BEFORE_REST, REST_STEPS, DraftPolicy
+from gateway.engines.drafting import (
+    HOPELESS_GUESS_SHARE,
+    MAX_REST_STEPS,
+    MISSES_BEFORE_REST,
+    REST_STEPS,
+    DraftPolicy,
+)
 from gateway.engines.prompt_lookup import PromptLookup
 from gateway.engines.same_tokenizer import tokenizer_mismatch
 
@@ -99,3 +105,19 @@ def test_a_draft_must_share_the_tokenizer(tmp_path: Path) -> None:
     assert "vocabularies differ" in (tokenizer_mismatch(a, c) or "")
     assert "special tokens differ" in (tokenizer_mismatch(a, d) or "")
     assert "no tokenizer.json" in (tokenizer_mismatch(a, tmp_path) or "")
+
+
+def test_a_drafter_whose_guess_costs_about_a_step_rests_the_longest_at_once() -> None:
+    """Guesses that cost ~a model step cannot pay even when all are right (a draft model on
+    a GPU): one draft, then the longest rest; a cheap drafter goes on with the same result."""
+    hopeless, cheap = DraftPolicy(max_length=16), DraftPolicy(max_length=16)
+    hopeless.verified(4, 4, seconds=0.5, step_seconds=0.1, seconds_per_guess=0.095)
+    cheap.verified(4, 4, seconds=0.2, step_seconds=0.1, seconds_per_guess=0.02)
+    assert 0.095 >= HOPELESS_GUESS_SHARE * 0.1 > 0.02
+    assert cheap.drafting and cheap.length == 8
+    assert not hopeless.drafting
+    for _ in range(MAX_REST_STEPS - 1):
+        hopeless.stepped(looked_up=False)
+    assert not hopeless.drafting
+    hopeless.stepped(looked_up=False)
+    assert hopeless.drafting  # tried again: the pace may have changed (a longer context)
