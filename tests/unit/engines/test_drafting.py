@@ -83,6 +83,26 @@ def test_lookups_that_find_nothing_rest_drafting_so_steps_queue_ahead() -> None:
     assert not policy.drafting
 
 
+def rest_after_misses(policy: DraftPolicy) -> int:
+    """Lookups that find nothing until drafting rests; how many steps it rests."""
+    while policy.drafting:
+        policy.stepped(looked_up=True)
+    rested = 0
+    while not policy.drafting:
+        policy.stepped(looked_up=False)
+        rested += 1
+    return rested
+
+
+def test_lookups_that_keep_finding_nothing_rest_longer_each_time_until_a_draft() -> None:
+    policy = DraftPolicy(max_length=16)
+    rests = [rest_after_misses(policy) for _ in range(7)]
+    assert rests == [8, 16, 32, 64, 128, 256, 256]
+    assert MISSES_BEFORE_REST == 8 and MAX_REST_STEPS == 256
+    policy.verified(4, 3, seconds=0.1, step_seconds=0.1)  # a draft found: over again
+    assert rest_after_misses(policy) == MISSES_BEFORE_REST
+
+
 def tokenizer_folder(root: Path, name: str, vocab: dict[str, int], added: list[str]) -> Path:
     import json
 
