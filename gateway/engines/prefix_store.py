@@ -96,12 +96,21 @@ class PrefixCacheStore:
         return freed
 
 
+# A layer's buffers are shrunk to the tokens they hold only where the empty tail is more
+# than this share of them: a short conversation's mostly empty buffer is worth the copy, a
+# long one's tail (under 256 tokens) is not (at 32K tokens the copy grew with the context
+# and was on the next request's path; kept, the tail also lets a generation from the
+# store's copy write its first tokens in place instead of growing the buffer, another copy).
+TRIM_EMPTY_SHARE = 0.25
+
+
 def _trim_to_length(cache: list[Any]) -> None:
-    """Shrink each layer's buffers to the tokens it holds, in place.
+    """Shrink each layer's buffers to the tokens it holds, in place, where the empty tail is
+    a large share of them (``TRIM_EMPTY_SHARE``).
 
     mlx-lm grows a KV cache in 256-token steps, so a 40-token conversation kept as it is
     holds ~12 MB (SmolLM2, float32) of which ~80% is empty; the store keeps only what is
-    filled (and so reports true bytes). A later generation from a copy grows it again.
+    filled (and so reports nearly true bytes). A later generation from a copy grows it again.
     """
     import mlx.core as mx
     from mlx_lm.models.cache import KVCache
@@ -110,7 +119,7 @@ def _trim_to_length(cache: list[Any]) -> None:
     for layer in cache:
         if type(layer) is not KVCache or layer.keys is None:
             continue  # rotating or quantized caches are bounded already
-        if layer.keys.shape[2] == layer.offset:
+        if layer.keys.shape[2] - layer.offset <= TRIM_EMPTY_SHARE * layer.keys.shape[2]:
             continue
         keys, values = layer.keys_and_values()
         layer.keys, layer.values = mx.contiguous(keys), mx.contiguous(values)

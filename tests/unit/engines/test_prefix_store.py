@@ -115,3 +115,29 @@ def test_dropping_a_model_frees_its_entries_only() -> None:
     assert store.entries("smol") == [] and store.fetch("smol", [*SYSTEM, 1]) is None
     assert store.fetch("big", [*SYSTEM, 1]) is not None
     assert store.nbytes == len(SYSTEM) * BYTES_PER_TOKEN == metrics.prefix_cache_bytes._value.get()
+
+
+def test_a_long_cache_is_kept_without_a_copy_a_short_mostly_empty_one_is_shrunk() -> None:
+    """Shrinking a buffer copies it: worth it where most of it is empty (a short prompt in
+    mlx-lm's 256-token steps), not for a long context's small tail (the copy grew with the
+    context, on the next request's path)."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    def grown(tokens: int) -> PromptState:
+        entry = KVCache()
+        for _ in range(tokens):  # one token at a time, as decoding grows it
+            step = mx.ones((1, 2, 1, 4))
+            entry.update_and_fetch(step, step)
+        return PromptState([entry], tuple(range(tokens)))  # type: ignore[list-item]
+
+    store = PrefixCacheStore(max_bytes=2**30)
+    short, long = grown(40), grown(1000)
+    long_keys = long.cache[0].keys  # type: ignore[index]
+    assert short.cache[0].keys.shape[2] == 256 and long_keys.shape[2] == 1024  # type: ignore[index]
+    store.insert("m", short)
+    store.insert("m", long)
+    assert short.cache[0].keys.shape[2] == 40  # type: ignore[index]
+    assert long.cache[0].keys is long_keys  # kept as it is: 24 of 1,024 rows empty
+    fetched = store.fetch("m", (*range(1000), 7))
+    assert fetched is not None and len(fetched.tokens) == 1000
