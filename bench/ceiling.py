@@ -254,7 +254,7 @@ def profiled_run(
 ) -> dict[str, str]:
     """A gateway under the per-thread profiler (``gateway.profiling``), a few plain streamed
     chats, then its summaries: thread name -> the top of its profile by own time."""
-    from gateway.profiling import PROFILE_DIR_ENV
+    from gateway.profiling import PROFILE_DIR_ENV, read_summaries
 
     folder = workdir / "profile"
     gateway = start_gateway(
@@ -266,7 +266,7 @@ def profiled_run(
                 stream_chat(client, chat_body(PROMPT, {}, max_tokens, DEFAULT_MODEL_ID))
     finally:
         gateway.stop()
-    return {path.stem: path.read_text() for path in sorted(folder.glob("*.txt"))}
+    return read_summaries(folder)
 
 
 def step_profile(model: Any) -> dict[str, float]:

@@ -291,7 +291,7 @@ def profiled_round(
     """One warm-up and one measured round of ``clients`` streams on a gateway under the
     per-thread profiler; its summaries (thread name -> text)."""
     from gateway.modelstore.store import DEFAULT_MODEL_ID
-    from gateway.profiling import PROFILE_DIR_ENV
+    from gateway.profiling import PROFILE_DIR_ENV, read_summaries
 
     folder = workdir / "profile"
     gateway = start_gateway(workdir, config, extra_env={PROFILE_DIR_ENV: str(folder)})
@@ -302,7 +302,7 @@ def profiled_round(
         print(f"profiled round, {clients} clients: {measured.aggregate:.1f} tok/s", flush=True)
     finally:
         gateway.stop()
-    return {path.stem: path.read_text() for path in sorted(folder.glob("*.txt"))}
+    return read_summaries(folder)
 
 
 def _batch_health(gateway_url: str) -> dict[str, Any]:

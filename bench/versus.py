@@ -23,6 +23,7 @@ model, with a prefix cache large enough for the longest context and none saved t
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -120,6 +121,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def note(metric: str, who: str, value: float) -> None:
         rows.setdefault((metric, who), []).append(value)
 
+    load = os.getloadavg()
     try:
         gateway = start_gateway(workdir / "gateway", config)
         with (
@@ -191,6 +193,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         server.stop()
     summaries = {key: Summary.of(values) for key, values in rows.items()}
     print(table([(metric, who, s) for (metric, who), s in summaries.items()]))
+    load_after = os.getloadavg()
+    print(f"load average (1, 5, 15 min) at the start {load}, at the end {load_after}")
     result: dict[str, Any] = {
         "benchmark": "versus",
         "runs": args.runs,
@@ -198,6 +202,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "weights": "float32" if compute.dequantize else "as stored",
         "model_folder": str(served),
         "compute": compute.as_dict(),
+        "load_average": {"start": load, "end": load_after},
         "summaries": {f"{m}/{w}": s.as_dict() for (m, w), s in summaries.items()},
         "ratios_server_over_gateway": {},
     }

@@ -124,3 +124,8 @@ def maybe_profile_threads() -> Iterator[ThreadSampler | None]:
         yield sampler
     finally:
         sampler.finish()
+
+
+def read_summaries(folder: Path) -> dict[str, str]:
+    """The summaries a sampler wrote into ``folder``: thread name -> text."""
+    return {path.stem: path.read_text() for path in sorted(folder.glob("*.txt"))}

@@ -108,7 +108,8 @@ class BatchDecoder:
         self.timing = timing
         # Whether a pass may be queued before the last one's tokens are read: on a GPU
         # (Metal, CUDA), not on a CPU, where the host's work and the pass share the cores
-        # (8 SmolLM2 sequences on 2 cores: 56.8 tok/s queued ahead, 63.9 not).
+        # (8 SmolLM2 sequences on 2 cores: 55.2 tok/s queued ahead, 61.2 not;
+        # ``ops/batch_queue_ahead.py``).
         self.queue_ahead = queue_ahead
         self.limit = limit
         self.capacity = limit.sequences
@@ -254,23 +255,16 @@ class BatchDecoder:
         inputs = mx.stack([_token_array(seat.pending) for seat in seats])
         with mx.stream(generation_stream):
             logits = self.model(inputs, cache=self.cache)[:, -1, :]
-            greedy = [row for row, seat in enumerate(seats) if seat.loop.plain_greedy]
-            if len(greedy) > 1:
-                rows = logits[mx.array(greedy)] if len(greedy) < len(seats) else logits
-                logprobs = rows - mx.logsumexp(rows, axis=-1, keepdims=True)
-                tokens = mx.argmax(logprobs, axis=-1)
-                for at, row in enumerate(greedy):
-                    seats[row].drawing = (tokens[at : at + 1], logprobs[at])
+            together = _draw_greedy_rows(seats, logits)
             for row, seat in enumerate(seats):
-                if len(greedy) > 1 and row in greedy:
+                if row in together:
                     continue
                 try:
                     seat.drawing = seat.loop.draw(inputs[row], logits[row : row + 1])
                 except Exception as exc:  # its own processors failed (a grammar): it alone
                     seat.drawing = exc  # fails, at its next token; the rest go on
         for seat in seats:
-            if not isinstance(seat.drawing, Exception):
-                assert seat.drawing is not None
+            if isinstance(seat.drawing, tuple):
                 seat.pending = seat.drawing[0]
         self.steps += 1
         self.sequence_steps += len(seats)
@@ -284,6 +278,20 @@ class BatchDecoder:
         if seat.drawing is not None:
             seat.loop.ready.append(seat.drawing)
             seat.drawing = None
+
+
+def _draw_greedy_rows(seats: list[BatchSeat], logits: mx.array) -> set[int]:
+    """Draw the rows whose loops draw the argmax and nothing else, in one go (where there
+    are two or more); the rows drawn."""
+    greedy = [row for row, seat in enumerate(seats) if seat.loop.plain_greedy]
+    if len(greedy) < 2:
+        return set()
+    rows = logits[mx.array(greedy)] if len(greedy) < len(seats) else logits
+    logprobs = rows - mx.logsumexp(rows, axis=-1, keepdims=True)
+    tokens = mx.argmax(logprobs, axis=-1)
+    for at, row in enumerate(greedy):
+        seats[row].drawing = (tokens[at : at + 1], logprobs[at])
+    return set(greedy)
 
 
 def _token_array(token: int | mx.array) -> mx.array:

@@ -6,7 +6,7 @@ import threading
 import time
 from pathlib import Path
 
-from gateway.profiling import ThreadSampler
+from gateway.profiling import ThreadSampler, read_summaries
 
 
 def spin_for(seconds: float) -> None:
@@ -27,3 +27,5 @@ def test_samples_each_thread_into_its_own_summary(tmp_path: Path) -> None:
     assert summary.startswith("busy-worker: ")
     assert "test_profiling.py" in summary and "(spin_for)" in summary
     assert (tmp_path / "MainThread.txt").is_file()
+    summaries = read_summaries(tmp_path)  # as the benchmarks read them back
+    assert summaries["busy-worker"] == summary and "MainThread" in summaries
