@@ -59,7 +59,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--model-folder",
-        help="ceiling, versus, concurrency, distributed, priority: an mlx-lm model folder to measure instead of the embedded "
+        help="ceiling, versus, concurrency, distributed, priority, speculative, structured: an mlx-lm model folder to measure instead of the embedded "
         "default (served under the default model's id)",
     )
     parser.add_argument(

@@ -156,9 +156,8 @@ def mlx_lm_decode(model: Any, tokenizer: Any, max_tokens: int) -> float:
 def engine_decode(runner: Any, max_tokens: int) -> float:
     """Tokens/s of the gateway's engine (greedy), first token event to last, in process."""
     from gateway.seam.backend import SamplingParams, TokenEvent
-    from gateway.seam.request_parts import ChatMessage
 
-    prompt = runner.render_chat([ChatMessage(role="user", content=PROMPT)])
+    prompt = runner.render_chat([{"role": "user", "content": PROMPT}])
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     times = [
         time.perf_counter()

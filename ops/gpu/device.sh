@@ -8,24 +8,33 @@
 #   speculative: as decode, then `run.py speculative` (bench speculative, issue 34)
 #   concurrency: as decode, then `run.py concurrency` (bench concurrency and priority, issue 33)
 #   batch-profile: as decode, then `run.py batch-profile` (1 and 8 clients, 8 profiled)
+#   real:   as decode, and the carried GGUFs joined and checked, then `run.py real` (issue 31)
 # Results: $OUT/results.json and $OUT/log.txt (the device tool brings back few files).
 set -uo pipefail
+shopt -s nullglob
 STASH=/tmp/gpu-stash SITE=/tmp/gpu-site WORK=${GPU_WORK:-/tmp/gpu-work}
 PY=${PY:-python3}  # (a smoke test on a CPU machine passes its own, and SKIP_INSTALL=1)
 mkdir -p "$STASH" "$WORK" "${OUT:=/tmp/gpu-out}"
 case "${1:?stash, decode, priority, speculative, concurrency, more or long}" in
 stash)
-  cp .gpu/part-*/* "$STASH"/ && ls -la "$STASH"
+  cp .gpu/part-*/* .gpu/gguf-*/* "$STASH"/ && du -sh "$STASH" && ls "$STASH" | wc -l
   exit ;;
-decode | priority | speculative | concurrency | batch-profile)
-  cp .gpu/part-*/* "$STASH"/ || exit 1
+decode | priority | speculative | concurrency | batch-profile | real)
+  cp .gpu/part-*/* .gpu/gguf-*/* "$STASH"/ || exit 1
   rm -rf "$WORK/src" && mkdir -p "$WORK/src" && cp -r .gpu/before .gpu/after "$WORK/src/" || exit 1
   cat "$STASH"/part-* > "$WORK/payload.tar"
   [ "$(sha256sum "$WORK/payload.tar" | cut -d' ' -f1)" = "$(cat "$STASH/payload.sha256")" ] \
     || { echo "payload sha256 mismatch"; ls -la "$STASH"; exit 1; }
   mkdir -p "$WORK/payload" && tar -C "$WORK/payload" -xf "$WORK/payload.tar" && rm "$WORK/payload.tar"
   [ -n "${SKIP_INSTALL:-}" ] || "$PY" -m pip install -q --no-index --no-deps --no-compile \
-    --no-cache-dir --upgrade --target "$SITE" "$WORK"/payload/*.whl || exit 1 ;;
+    --no-cache-dir --upgrade --target "$SITE" "$WORK"/payload/*.whl || exit 1
+  if [ -f "$WORK/src/after/GGUFS.sha256" ]; then  # the real GGUFs: joined once, checked
+    mkdir -p "$WORK/real"
+    while read -r _ name; do
+      [ -f "$WORK/real/$name" ] || cat "$STASH/$name".part-* > "$WORK/real/$name" || exit 1
+    done < "$WORK/src/after/GGUFS.sha256"
+    (cd "$WORK/real" && sha256sum -c "$WORK/src/after/GGUFS.sha256") || exit 1
+  fi ;;
 more | long) ;;
 *) echo "unknown step $1"; exit 2 ;;
 esac

@@ -7,7 +7,10 @@
   as built, not from Llama's);
 * ``smollm2-bf16``: the imported SmolLM2-135M (GGUF Q4_1, carried) dequantized to bf16,
   the fastest and most host-bound case;
-* ``smollm2-4bit``: that import as carried.
+* ``smollm2-4bit``: that import as carried;
+* ``qwen-0.5b``, ``qwen-1.5b``: the real Qwen2.5-Coder GGUFs of issue 31 (carried when
+  ``prepare.sh`` is given ``GGUFS``, joined under ``OUT/../real``), imported by the
+  gateway's own GGUF import as a user's would be (Q4_K_M kept quantized).
 
 Usage: ``python ops/gpu/models.py OUT SMOLLM2_FOLDER [NAME ...]`` (default: all); prints
 one ``name<TAB>folder`` line per model. ``tiny`` (a 2-layer model) is for a smoke test on a CPU.
@@ -46,14 +49,22 @@ NAMES = (
     "llama-1b-4bit",
     "llama-8b-bf16",
     "llama-8b-4bit",
+    "qwen-0.5b",
+    "qwen-1.5b",
     "tiny",
 )
+REAL_GGUFS = {
+    "qwen-0.5b": "qwen2.5-coder-0.5b-instruct-awq.gguf",
+    "qwen-1.5b": "qwen2.5-coder-1.5b-instruct.gguf",
+}
 
 
 def build(name: str, out: Path, smollm2: Path) -> Path:
     """The folder of model ``name`` under ``out`` (built once)."""
     if name == "smollm2-4bit":
         return smollm2
+    if name in REAL_GGUFS:
+        return _imported(out.parent / "real" / REAL_GGUFS[name], out / "store")
     folder = out / name
     if (folder / "config.json").is_file():
         return folder
@@ -93,6 +104,26 @@ def build(name: str, out: Path, smollm2: Path) -> Path:
         _copy_chat_template(smollm2, folder)
     print(f"built {name} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return folder
+
+
+def _imported(gguf: Path, store_dir: Path) -> Path:
+    """The gateway's import of a real GGUF (``gateway models import``, in this process)."""
+    from gateway.engines.device import choose_compute_path
+
+    choose_compute_path()  # before the import's check loads MLX
+    from gateway.modelstore.sources import locate, parse_model_ref
+    from gateway.modelstore.store import ModelStore
+
+    store = ModelStore(store_dir)
+    located = locate(parse_model_ref(str(gguf)), store)
+    slug = located.imported_as(store)
+    if slug is None:
+        started = time.perf_counter()
+        slug = located.slug
+        assert located.gguf is not None, f"{gguf} is not a GGUF"
+        store.import_gguf(slug, located.gguf, str(gguf), lambda m: print(m, file=sys.stderr))
+        print(f"imported {gguf.name} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return store.path_for(slug)
 
 
 def _copy_chat_template(source: Path, folder: Path) -> None:

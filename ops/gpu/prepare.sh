@@ -9,6 +9,10 @@
 # installs and runs); the next calls, made at once while the machine is warm, run
 # `device.sh more` and `device.sh long`. Everything goes under .gpu/, ignored through .git/info/exclude.
 #
+# Real GGUFs (issue 31: the Qwen2.5-Coder pair, `make real-models`) travel too where GGUFS
+# names them (GGUFS="a.gguf b.gguf"): each split into parts of PART_MB, one call each
+# (`.gpu/gguf-NNN/<name>.part-NN`), joined and sha256-checked on the device (`device.sh real`).
+#
 # Usage: ops/gpu/prepare.sh BEFORE_COMMIT [AFTER_COMMIT]   (AFTER defaults to HEAD)
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
@@ -35,7 +39,7 @@ mkdir -p .gpu/wheels
 python3 -m pip download -q --no-deps "${PIP_PLATFORM[@]}" -d .gpu/wheels "${WHEELS[@]}"
 test -f "$SMOLLM2/model.safetensors" || { echo "no SmolLM2 import at $SMOLLM2 (make setup)"; exit 1; }
 
-rm -rf .gpu/payload .gpu/part-* .gpu/before .gpu/after
+rm -rf .gpu/payload .gpu/part-* .gpu/gguf-* .gpu/before .gpu/after
 mkdir -p .gpu/payload/smollm2 .gpu/before .gpu/after
 cp .gpu/wheels/*.whl .gpu/payload/
 cp "$SMOLLM2"/* .gpu/payload/smollm2/
@@ -49,8 +53,19 @@ cp .gpu/payload.sha256 "$(ls -d .gpu/part-* | tail -1)/"
 git archive "$BEFORE" gateway prompts | tar -x -C .gpu/before
 git archive "$AFTER" gateway prompts bench testsupport ops/gpu | tar -x -C .gpu/after
 echo "before=$(git rev-parse --short "$BEFORE") after=$(git rev-parse --short "$AFTER")" > .gpu/after/VERSIONS
+count=0
+for gguf in ${GGUFS:-}; do
+  name=$(basename "$gguf")
+  (cd "$(dirname "$gguf")" && sha256sum "$name") >> .gpu/after/GGUFS.sha256
+  mkdir -p .gpu/split && split -b "${PART_MB}M" -d "$gguf" ".gpu/split/$name.part-"
+  for part in .gpu/split/*; do
+    mkdir -p "$(printf '.gpu/gguf-%03d' $count)" && mv "$part" "$(printf '.gpu/gguf-%03d' $count)/"
+    count=$((count + 1))
+  done
+  rmdir .gpu/split
+done
 du -sh .gpu/part-* .gpu/before .gpu/after
-parts=(.gpu/part-*)
+parts=(.gpu/gguf-* .gpu/part-*)
 echo
 echo "device calls, back to back (the machine stays warm ~30 s after each):"
 for ((i = 0; i < ${#parts[@]} - 1; i++)); do
@@ -58,4 +73,5 @@ for ((i = 0; i < ${#parts[@]} - 1; i++)); do
 done
 echo "  carry [${parts[-1]}, .gpu/before, .gpu/after]: bash ops/gpu/device.sh decode"
 echo "  carry [.gpu/after]: bash ops/gpu/device.sh more    (then, if time is left: long)"
+echo "  (with GGUFS: the last part's call runs bash ops/gpu/device.sh real)"
 echo "  (bench priority instead: the last part's call runs bash ops/gpu/device.sh priority)"

@@ -9,7 +9,8 @@ versus`` at 2K and 8K: cold, hinted, hinted + speculated, second turn, against
 ``mlx_lm.server``). ``long``: the 8B's 32K row. ``priority``: ``gateway bench priority`` (issue 23) on SmolLM2
 and the Llama-1B shape, and ``gateway bench stages`` on the latter. ``speculative``: ``gateway bench
 speculative`` (issue 34). ``concurrency``: ``gateway bench concurrency`` (issue 33: 1 to 8 concurrent
-clients vs ``mlx_lm.server``), then ``bench priority`` beside batched background work. Each until
+clients vs ``mlx_lm.server``), then ``bench priority`` beside batched background work. ``real``:
+issues 31 and 34 on the real Qwen2.5-Coder GGUFs (``models.py``). Each until
 the time budget is spent (``PLAN``).
 
 Every benchmark runs as its own process with a timeout; one failing does not stop the others.
@@ -88,9 +89,23 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
         ("concurrency", "llama-1b-bf16", ["--runs", "2", "--clients", "1", "8",
                                           "--max-tokens", "128", "--profile-dir", "{profiles}"]),
     ],
+    # Issues 31 and 34 on real weights (the Qwen2.5-Coder GGUFs, imported here as a user's
+    # would be): the 1.5B against mlx_lm.server (cold, second turn, hinted, hinted +
+    # speculated, decode), the real draft/target pair 0.5B -> 1.5B on the three tasks (off,
+    # prompt lookup, draft model), the 1.5B as its own draft (the upper bound: every guess
+    # the model's own), then decode plain and under a JSON schema vs mlx_lm.server.
+    "real": [
+        ("versus", "qwen-1.5b", ["--runs", "5"]),
+        ("speculative", "qwen-1.5b", ["--runs", "5", "--max-tokens", "256",
+                                      "--draft-model", "{model:qwen-0.5b}"]),
+        ("speculative", "qwen-1.5b", ["--runs", "5", "--max-tokens", "128", "--tasks", "chat",
+                                      "edit", "--draft-model", "{model:qwen-1.5b}"]),
+        ("ceiling", "qwen-1.5b", ["--runs", "5", "--max-tokens", "256", "--rows", "plain",
+                                  "json schema", "--engine-row", "--versus-server"]),
+    ],
 }  # fmt: skip
 # A step is started only when at least this much of the budget is left (seconds).
-MIN_LEFT = {"smollm2": 60, "llama-1b": 75, "llama-8b": 150, "tiny": 20}
+MIN_LEFT = {"smollm2": 60, "llama-1b": 75, "llama-8b": 150, "qwen": 90, "tiny": 20}
 SMOKE = os.environ.get("GPU_SMOKE")  # a CPU dry run: tiny model, 1 run, few tokens
 
 
