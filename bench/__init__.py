@@ -73,6 +73,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "per-thread profiler, written here",
     )
     parser.add_argument(
+        "--trace-dir",
+        help="concurrency: one more round of the most clients with the slot's turn trace "
+        "(gateway.scheduler.turn_trace), written here and summarized in the result",
+    )
+    parser.add_argument(
         "--rows",
         nargs="*",
         help="ceiling: only these of the gateway's rows (plain, 'json schema', 'logprobs 5')",

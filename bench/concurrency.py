@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
 import tempfile
@@ -285,24 +286,55 @@ def report(
     return per_n
 
 
+def instrumented_round(
+    workdir: Path, config: dict[str, Any], clients: int, max_tokens: int, env: dict[str, str]
+) -> tuple[float, float]:
+    """One warm-up and one measured round of ``clients`` streams on a gateway started with
+    ``env`` (the per-thread profiler, the slot's turn trace): when the measured round
+    began (``time.perf_counter()``) and its aggregate tok/s."""
+    from gateway.modelstore.store import DEFAULT_MODEL_ID
+
+    gateway = start_gateway(workdir, config, extra_env=env)
+    try:
+        target = Target(gateway.base_url, "/v1/chat/completions", DEFAULT_MODEL_ID, True)
+        concurrent_round(target, clients, max_tokens)
+        began = time.perf_counter()
+        measured = concurrent_round(target, clients, max_tokens)
+    finally:
+        gateway.stop()
+    return began, measured.aggregate
+
+
 def profiled_round(
     workdir: Path, config: dict[str, Any], clients: int, max_tokens: int
 ) -> dict[str, str]:
-    """One warm-up and one measured round of ``clients`` streams on a gateway under the
-    per-thread profiler; its summaries (thread name -> text)."""
-    from gateway.modelstore.store import DEFAULT_MODEL_ID
+    """A round under the per-thread profiler: its summaries (thread name -> text)."""
     from gateway.profiling import PROFILE_DIR_ENV, read_summaries
 
     folder = workdir / "profile"
-    gateway = start_gateway(workdir, config, extra_env={PROFILE_DIR_ENV: str(folder)})
-    try:
-        target = Target(gateway.base_url, "/v1/chat/completions", DEFAULT_MODEL_ID, True)
-        for _ in range(2):
-            measured = concurrent_round(target, clients, max_tokens)
-        print(f"profiled round, {clients} clients: {measured.aggregate:.1f} tok/s", flush=True)
-    finally:
-        gateway.stop()
+    env = {PROFILE_DIR_ENV: str(folder)}
+    _, aggregate = instrumented_round(workdir, config, clients, max_tokens, env)
+    print(f"profiled round, {clients} clients: {aggregate:.1f} tok/s", flush=True)
     return read_summaries(folder)
+
+
+def traced_round(
+    workdir: Path, config: dict[str, Any], clients: int, max_tokens: int
+) -> dict[str, Any]:
+    """A round with the slot's turn trace (``gateway.scheduler.turn_trace``): where its
+    time went, turn by turn."""
+    from gateway.scheduler.turn_trace import TRACE_DIR_ENV, TRACE_FILE, summarize
+
+    folder = workdir / "trace"
+    env = {TRACE_DIR_ENV: str(folder)}
+    began, aggregate = instrumented_round(workdir, config, clients, max_tokens, env)
+    summary = {
+        "clients": clients,
+        "aggregate_tok_s": aggregate,
+        **summarize(folder / TRACE_FILE, began),
+    }
+    print(f"traced round, {clients} clients: {json.dumps(summary, indent=1)}", flush=True)
+    return summary
 
 
 def _batch_health(gateway_url: str) -> dict[str, Any]:
@@ -337,6 +369,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if args.profile_dir
             else {}
         )
+        trace = (
+            traced_round(Path(args.trace_dir), config, max(clients), args.max_tokens)
+            if args.trace_dir
+            else {}
+        )
     finally:
         if gateway is not None:
             gateway.stop()
@@ -356,6 +393,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "alone_texts": alone,
         "per_clients": per_n,
         **({"profiles": profiles} if profiles else {}),
+        **({"trace": trace} if trace else {}),
     }
 
 

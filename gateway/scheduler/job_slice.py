@@ -51,6 +51,7 @@ class JobSlice:
         self.note_first_token = note_first_token
         self.started = time.perf_counter()
         self.inside_pass = False
+        self.gave = ""  # the type of the last event handed on (``turn_trace``)
 
     def advance(self) -> SliceEnd | None:
         """Run the job to its next event (a token, a prefill chunk), or to its end: None
@@ -92,6 +93,7 @@ class JobSlice:
         return time.perf_counter() - self.started
 
     def _hand_on(self, event: object) -> None:
+        self.gave = type(event).__name__
         is_token = isinstance(event, TokenEvent)
         if is_token and self.timing_first_token:
             self.note_first_token(time.perf_counter() - self.started)

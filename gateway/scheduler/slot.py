@@ -55,6 +55,7 @@ from gateway.scheduler.observer import SchedulerObserver
 from gateway.scheduler.pacing import ChunkBudget
 from gateway.scheduler.policy import OnWaiting, SchedulerConfig
 from gateway.scheduler.state import SchedulerView, SlotState
+from gateway.scheduler.turn_trace import trace_from_env
 from gateway.seam.backend import Priority
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class Scheduler:
         # Recent user jobs' slot-to-first-token seconds: how fine background passes are cut.
         # The inference thread's own: written and read there only.
         self._user_first_tokens: deque[float] = deque(maxlen=8)
+        self._trace = trace_from_env()  # each turn's time, for benchmarks (``turn_trace``)
         # What the inference thread reads (``gateway.scheduler.state``): replaced, never changed.
         self.state = SlotState()
         self._wakeup = asyncio.Event()
@@ -433,6 +435,7 @@ class Scheduler:
             self._occupancy += 1
             self.max_occupancy_seen = max(self.max_occupancy_seen, self._occupancy)
         slices: list[JobSlice] = []
+        trace = self._trace
         try:
             while True:
                 with self._batch_lock:
@@ -442,7 +445,11 @@ class Scheduler:
                         self._batch_open = False
                         return
                 for turn in list(slices):
+                    started = time.perf_counter()
                     end = turn.advance()
+                    if trace is not None:
+                        job = turn.job
+                        trace.note(job.id, lane(job), end or turn.gave, started, len(slices))
                     if end is not None:
                         slices.remove(turn)
                         held = turn.end()
@@ -450,6 +457,8 @@ class Scheduler:
         finally:
             with self._occupancy_lock:
                 self._occupancy -= 1
+            if trace is not None:
+                trace.flush()
 
     def _slice_of(self, job: Job, loop: asyncio.AbstractEventLoop) -> JobSlice:
         return JobSlice(job, loop, self.config.token_flush, self._user_first_tokens.append)

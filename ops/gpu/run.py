@@ -83,11 +83,12 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
                                           "--max-tokens", "128"]),
         ("priority", "llama-1b-bf16", ["--runs", "5"]),
     ],
-    # Where a batch's host time goes on the device: 1 and 8 clients, then 8 under the
-    # per-thread profiler (its summaries in the JSON).
+    # Where a batch's time goes on the device: 1 and 8 clients, then 8 with the slot's turn
+    # trace and 8 under the per-thread profiler (their summaries in the JSON).
     "batch-profile": [
         ("concurrency", "llama-1b-bf16", ["--runs", "2", "--clients", "1", "8",
-                                          "--max-tokens", "128", "--profile-dir", "{profiles}"]),
+                                          "--max-tokens", "128", "--profile-dir", "{profiles}",
+                                          "--trace-dir", "{traces}"]),
     ],
     # Issues 31 and 34 on real weights (the Qwen2.5-Coder GGUFs, imported here as a user's
     # would be): the 1.5B against mlx_lm.server (cold, second turn, hinted, hinted +
@@ -96,9 +97,9 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
     # the model's own), then decode plain and under a JSON schema vs mlx_lm.server.
     "real": [
         ("versus", "qwen-1.5b", ["--runs", "5"]),
-        ("speculative", "qwen-1.5b", ["--runs", "5", "--max-tokens", "256",
+        ("speculative", "qwen-1.5b", ["--runs", "9", "--max-tokens", "256",
                                       "--draft-model", "{model:qwen-0.5b}"]),
-        ("speculative", "qwen-1.5b", ["--runs", "5", "--max-tokens", "128", "--tasks", "chat",
+        ("speculative", "qwen-1.5b", ["--runs", "9", "--max-tokens", "128", "--tasks", "chat",
                                       "edit", "--draft-model", "{model:qwen-1.5b}"]),
         ("ceiling", "qwen-1.5b", ["--runs", "5", "--max-tokens", "256", "--rows", "plain",
                                   "json schema", "--engine-row", "--versus-server"]),
@@ -204,7 +205,11 @@ def run_phase(phase: Phase, which: str, models: Path, smollm2: Path, before: Pat
         if "limits" in phase.result:
             phase.result["limits"][name] = model_limits(folder, phase.result["limits"]["ceilings"])
         out = phase.out / f"{kind}-{index}.json"
-        places = {"{before}": str(before), "{profiles}": str(models.parent / "profiles" / name)}
+        places = {
+            "{before}": str(before),
+            "{profiles}": str(models.parent / "profiles" / name),
+            "{traces}": str(models.parent / "traces" / name),
+        }
         for arg in args:  # another model the step names ("{model:NAME}"), built here too
             if arg.startswith("{model:"):
                 other = arg[len("{model:") : -1]
