@@ -75,7 +75,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trace-dir",
         help="concurrency: one more round of the most clients with the slot's turn trace "
-        "(gateway.scheduler.turn_trace), written here and summarized in the result",
+        "(gateway.scheduler.turn_trace), written here and summarized in the result; "
+        "priority: the gateway's turns traced throughout",
     )
     parser.add_argument(
         "--rows",

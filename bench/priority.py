@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import socket
 import tempfile
@@ -36,6 +37,7 @@ import httpx
 from bench.stats import Summary, ratio, table, write_json
 from bench.streaming import stream_chat
 from gateway.modelstore.store import DEFAULT_MODEL_ID
+from gateway.scheduler.turn_trace import TRACE_DIR_ENV, TRACE_FILE, summarize
 from testsupport.process import RunningGateway, baseline_env, start_gateway, store_serving
 
 USER_PROMPT = [
@@ -303,8 +305,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.model_folder:  # served under the default model's id, by either version
         config["cache_dir"] = str(store_serving(Path(args.model_folder), workdir / "store"))
     gateways: list[RunningGateway] = []
+    trace = Path(args.trace_dir) / "trace" if args.trace_dir else None
+    traced = {TRACE_DIR_ENV: str(trace)} if trace is not None else None
     try:
-        gateways.append(start_gateway(workdir / "gateway", config))
+        gateways.append(start_gateway(workdir / "gateway", config, extra_env=traced))
         if args.baseline:
             baseline = start_gateway(
                 workdir / "baseline",
@@ -316,7 +320,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         names = ("gateway", "baseline")
         variants = [Variant(n, g, args.max_tokens) for n, g in zip(names, gateways, strict=False)]
         load = os.getloadavg()
-        for _ in range(args.runs + 1):
+        began = 0.0  # when the measured runs began (the trace leaves out the warm-up)
+        for run in range(args.runs + 1):
+            if run == 1:
+                began = time.perf_counter()
             for variant in variants:
                 variant.run_once()
         load_after = os.getloadavg()
@@ -330,6 +337,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result["load_average"] = {"start": load, "end": load_after}
     for variant in variants:
         result[variant.name] = variant.report()
+    if trace is not None:  # the gateway's turns (not the baseline's), every lane
+        result["trace"] = summarize(trace / TRACE_FILE, began)
+        print(f"trace of the measured runs: {json.dumps(result['trace'], indent=1)}")
     return result
 
 

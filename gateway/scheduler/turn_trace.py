@@ -63,9 +63,9 @@ def trace_from_env() -> TurnTrace | None:
 
 def summarize(path: Path, since: float = 0.0) -> dict[str, Any]:
     """A trace's figures: the span from its first turn to its last, the time in turns and
-    out of them (idle: no job in the slot, or the loop between turns), and per kind of turn
-    (a job's first token, a later token that computed a step or found it ready, a prefill
-    chunk, an end) the count and seconds; tokens by how many jobs shared the slot. Only the
+    out of them (idle: no job in the slot, or the loop between turns), and per lane and kind
+    of turn ("user: first token"; a later token that computed a step or found it ready, a
+    prefill chunk, an end) the count and seconds; tokens by how many jobs shared the slot. Only the
     turns from ``since`` on (``time.perf_counter()``, the same monotonic clock in every
     process of the host: a benchmark's measured round, not its warm-up)."""
     lines = path.read_text().splitlines() if path.is_file() else []
@@ -89,7 +89,7 @@ def summarize(path: Path, since: float = 0.0) -> dict[str, Any]:
                 kind = "token (computed)"
             if kind != "first token":
                 by_jobs[row["jobs"]].append(row["seconds"])
-        kinds[kind].append(row["seconds"])
+        kinds[f"{row['lane']}: {kind}"].append(row["seconds"])
     return {
         "turns": len(rows),
         "span_s": span,

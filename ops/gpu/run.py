@@ -89,6 +89,8 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
         ("concurrency", "llama-1b-bf16", ["--runs", "2", "--clients", "1", "8",
                                           "--max-tokens", "128", "--profile-dir", "{profiles}",
                                           "--trace-dir", "{traces}"]),
+        # The user's TTFT beside 4 batched background sequences, every turn traced.
+        ("priority", "llama-1b-bf16", ["--runs", "5", "--trace-dir", "{traces}"]),
     ],
     # Issues 31 and 34 on real weights (the Qwen2.5-Coder GGUFs, imported here as a user's
     # would be): the 1.5B against mlx_lm.server (cold, second turn, hinted, hinted +

@@ -32,8 +32,8 @@ async def test_a_traced_slot_notes_each_turn_of_each_job(
     assert sorted({row["job"] for row in rows}) == sorted(job.id for job in jobs)
     summary = summarize(tmp_path / TRACE_FILE, began)
     # Three steps (the fake engine's events are ints) and the end of each job.
-    assert summary["kinds"]["int"]["count"] == 6
-    assert summary["kinds"]["done"]["count"] == 2
+    assert summary["kinds"]["user: int"]["count"] == 6
+    assert summary["kinds"]["user: done"]["count"] == 2
     assert summary["turns"] == 8
     assert summary["in_turns_s"] <= summary["span_s"]
     assert summarize(tmp_path / TRACE_FILE, time.perf_counter())["turns"] == 0
@@ -54,8 +54,8 @@ def test_tokens_are_told_apart_first_computed_and_ready(tmp_path: Path) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     summary = summarize(path)
     kinds = summary["kinds"]
-    assert kinds["first token"]["count"] == 2
-    assert kinds["token (computed)"] == {"count": 1, "seconds": 0.005}
-    assert kinds["token (ready)"]["count"] == 1
+    assert kinds["user: first token"]["count"] == 2
+    assert kinds["user: token (computed)"] == {"count": 1, "seconds": 0.005}
+    assert kinds["user: token (ready)"]["count"] == 1
     assert summary["tokens_by_jobs_in_slot"]["2"]["tokens"] == 2
     assert summary["span_s"] == pytest.approx(0.025 + READY_SECONDS / 2)
