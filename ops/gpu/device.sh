@@ -28,10 +28,12 @@ decode | priority | speculative | concurrency | batch-profile | real)
   mkdir -p "$WORK/payload" && tar -C "$WORK/payload" -xf "$WORK/payload.tar" && rm "$WORK/payload.tar"
   [ -n "${SKIP_INSTALL:-}" ] || "$PY" -m pip install -q --no-index --no-deps --no-compile \
     --no-cache-dir --upgrade --target "$SITE" "$WORK"/payload/*.whl || exit 1
-  if [ -f "$WORK/src/after/GGUFS.sha256" ]; then  # the real GGUFs: joined once, checked
+  if [ "$1" = real ]; then  # the real GGUFs (every part stashed by now): joined once, checked
     mkdir -p "$WORK/real"
     while read -r _ name; do
-      [ -f "$WORK/real/$name" ] || cat "$STASH/$name".part-* > "$WORK/real/$name" || exit 1
+      parts=("$STASH/$name".part-*)
+      [ ${#parts[@]} -gt 0 ] || { echo "no part of $name stashed"; exit 1; }
+      [ -f "$WORK/real/$name" ] || cat "${parts[@]}" > "$WORK/real/$name" || exit 1
     done < "$WORK/src/after/GGUFS.sha256"
     (cd "$WORK/real" && sha256sum -c "$WORK/src/after/GGUFS.sha256") || exit 1
   fi ;;
