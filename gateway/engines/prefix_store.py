@@ -4,7 +4,9 @@ Built on mlx-lm's ``LRUPromptCache`` (a token trie with least-recently-inserted 
 under a byte budget, which copies a cache before handing it out and trims copies of longer
 entries to the common prefix, so a diverging request never corrupts a stored cache). This
 class adds what the gateway needs around it: a ``PromptState`` in and out, at least one
-prompt token left to feed, and counters. Called only from the inference thread.
+prompt token left to feed, counters, and a trie whose edges are runs of tokens
+(``prefix_trie.RunTrie``: mlx-lm's walks a long prompt token by token). Called only from the
+inference thread.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gateway.engines.prefix_trie import RunTrie
 from gateway.engines.runner import PromptState
 from gateway.metrics import PrefixCacheMetrics
 
@@ -32,6 +35,9 @@ class PrefixCacheStore:
         self.metrics = metrics
         self.enabled = max_bytes > 0
         self._lru = LRUPromptCache(max_size=max_entries, max_bytes=max_bytes)
+        # Same answers, found by comparing runs of tokens in C (issue 32: ~4 ms of a 32K
+        # prompt's path to its first token, and ~3 ms more at every insert).
+        self._lru._trie = RunTrie()  # type: ignore[assignment]
 
     @property
     def nbytes(self) -> int:

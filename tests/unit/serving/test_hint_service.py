@@ -10,7 +10,7 @@ import pytest
 from gateway.errors import InvalidRequestError
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.hints import TypingHintRequest
-from gateway.serving.hints import HintService, PrefillState
+from gateway.serving.hints import HintService, PrefillState, common_prefix_length
 from gateway.serving.tiers import Tier, TierRegistry
 from tests.unit.fake_backend import FakeBackend, tokens_of
 
@@ -134,3 +134,21 @@ async def test_tiers_that_cannot_warm_refuse_hints() -> None:
     typing, _ = make(hints=False)
     with pytest.raises(InvalidRequestError, match="typing"):
         await typing.post(hint_request())
+
+
+@pytest.mark.parametrize(
+    ("hinted", "prompt", "shared"),
+    [
+        ((1, 2, 3), (1, 2, 4), 2),
+        ((1, 2), (1, 2, 3), 2),  # the request goes on past the hint
+        ((1, 2, 3), (1, 2), 2),
+        ((), (1,), 0),
+        ((7,), (8,), 0),
+        (tuple(range(40_000)), (*range(39_999), -1), 39_999),  # a long conversation
+    ],
+)
+def test_a_hint_and_a_request_share_their_common_start(
+    hinted: tuple[int, ...], prompt: tuple[int, ...], shared: int
+) -> None:
+    assert common_prefix_length(hinted, prompt) == shared
+    assert common_prefix_length(list(hinted), prompt) == shared  # lists and tuples alike
