@@ -27,12 +27,14 @@ PIP_PLATFORM=(--only-binary=:all: --python-version 3.12 --implementation cp
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 # What the device image lacks (ops/README.md: check each wheel's Requires-Dist when a
 # version changes); the image has numpy, transformers, jinja2, httpx, anyio, uvloop, ...
-# zeroconf and ifaddr: gateway.peers.discovery imports them at module level (wiring/services.py).
+# zeroconf and ifaddr: gateway.peers.discovery imports them at module level (wiring/services.py);
+# gguf: the GGUF import's dequantization (the real GGUFs, GGUFS; the image has its numpy,
+# pyyaml, requests and tqdm).
 WHEELS=(mlx-cuda-13==0.32.4 mlx==0.32.4 mlx-lm==0.32.2 litestar==2.25.0 litestar-htmx==0.5.0
   msgspec==0.23.0 multipart==2.0.1 polyfactory==3.5.0 Faker==40.63.0 rich-click==1.9.9
   sniffio==1.3.1 uvicorn==0.54.0 sse-starlette==3.7.0 starlette==1.10.0 pydantic==2.14.4
   pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 llguidance==1.9.1
-  httpx-sse==0.4.3 zeroconf==0.154.0 ifaddr==0.2.0)
+  httpx-sse==0.4.3 zeroconf==0.154.0 ifaddr==0.2.0 gguf==0.19.0)
 
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 mkdir -p .gpu/wheels
