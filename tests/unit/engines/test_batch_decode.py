@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import mlx.core as mx
 import pytest
-from mlx_lm.models.cache import KVCache
+from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from gateway.config import default_cache_dir
 from gateway.engines import mlx_runner
@@ -295,3 +296,49 @@ def test_a_gpu_runner_warms_up_by_generating_with_its_batch_in_place(
     gpu_runner = MLXRunner(DEFAULT_MODEL_ID, folder, as_gpu, max_batch=4)
     assert gpu_runner.batch.capacity == 4
     assert gpu_runner.batch.size == 0  # the warm-up's generations left nothing behind
+
+
+class _Sequence:
+    """The part of a decode loop the batch holds (its cache, its undelivered draws)."""
+
+    def __init__(self, cache: list[KVCache]) -> None:
+        self.cache = cache
+        self.ready: deque[Any] = deque()
+        self.plain_greedy = True
+
+
+def test_leaving_gives_each_its_rows_without_reading_the_device(
+    runner: MLXRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sequences of different lengths (left-padded rows) leave one by one, the longest
+    first (the rest's common padding is dropped), then the last (the batch dissolves):
+    each gets exactly the rows mlx-lm's ``BatchKVCache.extract`` gives, though neither it
+    nor ``filter`` (which read the padding back from the device, a wait behind the pass in
+    flight at every layer) is called."""
+    batch = BatchDecoder(runner.model, BatchLimit(8, "setting", 0), queue_ahead=False)
+    sequences = []
+    for length in (5, 9, 3):
+        cache = runner.new_cache()
+        runner.model(mx.array([list(range(1, length + 1))]), cache=cache)
+        sequences.append(_Sequence(cache))
+    for sequence in sequences:
+        batch._join(sequence, 7)  # type: ignore[arg-type]
+    batch._build(list(batch.seats))
+    mx.eval([seat.drawing[0] for seat in batch.seats])  # type: ignore[index]
+    assert batch.cache is not None
+    expected = [[layer.extract(row) for layer in batch.cache] for row in range(3)]
+
+    def refused(*_: object) -> None:
+        raise AssertionError("read the device")
+
+    monkeypatch.setattr(BatchKVCache, "extract", refused)
+    monkeypatch.setattr(BatchKVCache, "filter", refused)
+    for index in (1, 0):  # the longest first: the two left share padding, dropped
+        batch._extract([next(s for s in batch.seats if s.loop is sequences[index])])
+    assert batch.cache is not None and batch.cache[0]._idx == 3 + 1
+    batch._extract(list(batch.seats))  # the last one left (a batch of one dissolves)
+    assert batch.cache is None and not batch.seats
+    for index, sequence in enumerate(sequences):
+        for own, want in zip(sequence.cache, expected[index], strict=True):
+            assert own.offset == want.offset == (5, 9, 3)[index] + 1
+            assert mx.array_equal(own.keys, want.keys) and mx.array_equal(own.values, want.values)
