@@ -57,6 +57,10 @@ class Drafter(Protocol):
         far, the last token sampled but not yet fed to the model)."""
         ...
 
+    def finish(self) -> None:
+        """The generation ended (what it holds may serve the next)."""
+        ...
+
 
 @dataclass
 class DraftCounts:

@@ -127,6 +127,8 @@ class DecodeLoop:
                 yield from self._decode(first, max_tokens - 1)
             finally:
                 self.set_aside()
+                if self.drafter is not None:
+                    self.drafter.finish()
 
     @property
     def plain_greedy(self) -> bool:

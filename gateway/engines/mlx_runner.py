@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.engines.batch_decode import BatchDecoder, batch_capacity
 from gateway.engines.constrained import GrammarConstraint, make_llg_tokenizer
 from gateway.engines.device import ComputePath
-from gateway.engines.draft_model import DraftModel
+from gateway.engines.draft_model import DraftCaches, DraftModel
 from gateway.engines.drafting import Drafter, DraftPolicy
 from gateway.engines.family import TAIL_TOKENS, ModelFamily, family_of
 from gateway.engines.logprobs import TokenSpeller
@@ -295,6 +295,8 @@ class MLXRunner:
         # model, where one is given, drafts instead of the lookup.
         self.speculation = speculation if draft_folder is None else "draft_model"
         self.draft_model: Any = self._load_draft(draft_folder) if draft_folder else None
+        # The draft model's caches of recent generations (``draft_model.DraftCaches``).
+        self._draft_caches: tuple[Any, DraftCaches] = (self.draft_model, DraftCaches())
         self._speller: TokenSpeller | None = None  # built on the first request for logprobs
         # Sequences decoding together (``gateway.engines.batch_decode``), as many as the
         # setting and the memory left for their KV caches allow. Before the warm-up: on a
@@ -564,7 +566,10 @@ class MLXRunner:
         if self.speculation == "off":
             return None
         if self.draft_model is not None:
-            return DraftModel(self.draft_model), DraftPolicy(MAX_MODEL_DRAFT_TOKENS)
+            if self._draft_caches[0] is not self.draft_model:  # (a benchmark swaps drafts)
+                self._draft_caches = (self.draft_model, DraftCaches())
+            drafter = DraftModel(self.draft_model, self._draft_caches[1])
+            return drafter, DraftPolicy(MAX_MODEL_DRAFT_TOKENS)
         return PromptLookup(), DraftPolicy(MAX_DRAFT_TOKENS)
 
 

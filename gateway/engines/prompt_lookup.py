@@ -35,6 +35,9 @@ class PromptLookup:
         self._text: list[int] = []
         self._indexed = 0
 
+    def finish(self) -> None:
+        """Nothing outlives the generation: the next one indexes its own text."""
+
     def propose(self, history: Sequence[int], limit: int) -> list[int]:
         """Up to ``limit`` tokens expected after ``history`` (prompt and output so far)."""
         if limit <= 0:

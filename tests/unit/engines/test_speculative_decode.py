@@ -15,7 +15,7 @@ from mlx_lm.generate import generate_step
 
 from gateway.config import default_cache_dir
 from gateway.engines.device import choose_compute_path
-from gateway.engines.draft_model import DraftModel
+from gateway.engines.draft_model import DraftCaches, DraftModel
 from gateway.engines.drafting import DraftPolicy
 from gateway.engines.mlx_runner import MLXRunner
 from gateway.engines.runner import PromptState
@@ -217,3 +217,53 @@ def test_a_draft_model_gives_the_models_own_tokens(runner: MLXRunner) -> None:
         assert loop.drafted is not None
         accepted[name] = loop.drafted.accepted / loop.drafted.drafted
     assert accepted["self"] > 0.9 and accepted["random"] < 0.5
+
+
+class _Counting:
+    """A model that counts the tokens fed to it (the draft's catch-up and its guesses)."""
+
+    def __init__(self, model: object) -> None:
+        self.model = model
+        self.fed = 0
+        self.layers = model.layers  # type: ignore[attr-defined]  (make_prompt_cache reads them)
+
+    def __call__(self, inputs: mx.array, cache: object) -> mx.array:
+        self.fed += inputs.shape[1]
+        return self.model(inputs, cache=cache)  # type: ignore[operator]
+
+
+def test_a_draft_models_cache_serves_the_next_turn_of_the_conversation(
+    runner: MLXRunner,
+) -> None:
+    """The draft's cache outlives its generation (``DraftCaches``): the next request of the
+    same conversation feeds the draft only what is new, not the whole conversation again,
+    and its tokens are still the model's."""
+    params = SamplingParams(max_tokens=TOKENS, temperature=0.0)
+    draft, kept = _Counting(runner.model), DraftCaches()
+    first = runner.render_chat(COPY)
+    reply, _, _ = run(runner, params, "off")
+    follow_up = [
+        *COPY,
+        {"role": "assistant", "content": "".join(e.text for e in reply)},
+        {"role": "user", "content": "Again, please."},
+    ]
+    second = runner.render_chat(follow_up)
+    plain_second, _, _ = run(runner, params, "off", follow_up)
+    fed, drafted = [], []
+    for prompt, plain in ((first, ids(reply)), (second, ids(plain_second))):
+        loop = runner.decode_loop(prompt, runner.new_cache(), params)
+        loop.drafter, loop.policy = DraftModel(draft, kept), DraftPolicy(8)
+        runner.timing.seconds_per_step = 1.0
+        before = draft.fed
+        tokens = [step[0] for step in loop.tokens(prompt, TOKENS) if isinstance(step, tuple)]
+        assert tokens == plain
+        assert loop.drafted is not None and loop.drafted.accepted > 0
+        fed.append(draft.fed - before)
+        drafted.append(loop.drafted.drafted)
+    assert len(kept.entries) == 1
+    shared = len(first)  # the second prompt starts with the first (its reply and turn after)
+    assert second[:shared] == first
+    # The first fed its whole prompt and its guesses; the second only what follows the
+    # shared start, and its guesses (without the kept cache: all of its 265-odd tokens).
+    assert fed[0] >= len(first)
+    assert fed[1] <= len(second) - shared + drafted[1]
