@@ -92,6 +92,19 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
         # The user's TTFT beside 4 batched background sequences, every turn traced.
         ("priority", "llama-1b-bf16", ["--runs", "5", "--trace-dir", "{traces}"]),
     ],
+    # Session 10's second call, after the sequences' sync-free leaving (issue 33) and the
+    # draft caches kept between requests (issue 34): the concurrency table (with a traced
+    # round), the user's TTFT beside 4 batched background sequences (traced), then the
+    # draft-model floor (SmolLM2 drafting for the 1B shape) and its own draft, chat and edit.
+    "final": [
+        ("concurrency", "llama-1b-bf16", ["--runs", "5", "--clients", "1", "4", "8",
+                                          "--max-tokens", "128", "--trace-dir", "{traces}"]),
+        ("priority", "llama-1b-bf16", ["--runs", "5", "--trace-dir", "{traces}"]),
+        ("speculative", "llama-1b-bf16", ["--runs", "5", "--max-tokens", "128", "--tasks", "chat",
+                                          "edit", "--draft-model", "{model:smollm2-bf16}"]),
+        ("speculative", "llama-1b-bf16", ["--runs", "5", "--max-tokens", "128", "--tasks", "chat",
+                                          "edit", "--draft-model", "{model:llama-1b-bf16}"]),
+    ],
     # Issues 31 and 34 on real weights (the Qwen2.5-Coder GGUFs, imported here as a user's
     # would be): the 1.5B against mlx_lm.server (cold, second turn, hinted, hinted +
     # speculated, decode), the real draft/target pair 0.5B -> 1.5B on the three tasks (off,
