@@ -15,6 +15,7 @@
 #
 # Usage: ops/gpu/prepare.sh BEFORE_COMMIT [AFTER_COMMIT]   (AFTER defaults to HEAD)
 set -euo pipefail
+shopt -s nullglob
 cd "$(git rev-parse --show-toplevel)"
 BEFORE=${1:?the commit to compare against (the baseline)}
 AFTER=${2:-HEAD}
