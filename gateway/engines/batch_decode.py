@@ -212,9 +212,11 @@ class BatchDecoder:
                 seat.drawing = None
             row = self.seats.index(seat)
             for own, batched in zip(seat.loop.cache, self.cache, strict=True):
+                keys, values = batched.keys, batched.values
+                assert keys is not None and values is not None  # a seat holds its prompt
                 start, end = batched._idx - seat.length, batched._idx
-                own.keys = mx.contiguous(batched.keys[row : row + 1, :, start:end])
-                own.values = mx.contiguous(batched.values[row : row + 1, :, start:end])
+                own.keys = mx.contiguous(keys[row : row + 1, :, start:end])
+                own.values = mx.contiguous(values[row : row + 1, :, start:end])
                 own.offset = seat.length
         kept = [i for i, seat in enumerate(self.seats) if seat not in leaving]
         self.seats = [self.seats[i] for i in kept]
