@@ -22,7 +22,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
-from gateway.engines.prefix_disk import common_prefix
+from gateway.engines.token_prefix import common_prefix
 
 # The draft's own prefill (the prompt, on its first guess) in chunks of this many tokens.
 DRAFT_PREFILL_CHUNK = 512
@@ -42,19 +42,14 @@ class DraftCaches:
 
     def take(self, history: Sequence[int]) -> tuple[list[int], list[Any]] | None:
         """The kept cache sharing the longest start with ``history`` (not its last token,
-        which is fed with the first guess), cut to that start; None if none shares any."""
+        which is fed with the first guess), and the tokens it holds (the taker cuts it to
+        the shared start, as it cuts its own wrong guesses); None if none shares any."""
         best, shared = -1, 0
         for index, (tokens, cache) in enumerate(self.entries):
             common = common_prefix(tokens, history, len(history) - 1)
             if common > shared and (common == len(tokens) or can_trim_prompt_cache(cache)):
                 best, shared = index, common
-        if best < 0:
-            return None
-        tokens, cache = self.entries.pop(best)
-        if len(tokens) > shared:
-            trim_prompt_cache(cache, len(tokens) - shared)
-            del tokens[shared:]
-        return tokens, cache
+        return self.entries.pop(best) if best >= 0 else None
 
     def give(self, tokens: list[int], cache: list[Any]) -> None:
         if tokens:
@@ -84,11 +79,7 @@ class DraftModel:
             taken = self.kept.take(history) if self.kept is not None else None
             self._fed, self.cache = taken or ([], make_prompt_cache(self.model))
         fed = self._fed
-        common = 0
-        for held, wanted in zip(fed, history, strict=False):
-            if held != wanted:
-                break
-            common += 1
+        common = common_prefix(fed, history, len(fed))
         if len(fed) > common:
             trim_prompt_cache(self.cache, len(fed) - common)
             del fed[common:]

@@ -294,9 +294,7 @@ class MLXRunner:
         # Drafting (``gateway.engines.drafting``): "lookup" by default, or "off"; a draft
         # model, where one is given, drafts instead of the lookup.
         self.speculation = speculation if draft_folder is None else "draft_model"
-        self.draft_model: Any = self._load_draft(draft_folder) if draft_folder else None
-        # The draft model's caches of recent generations (``draft_model.DraftCaches``).
-        self._draft_caches: tuple[Any, DraftCaches] = (self.draft_model, DraftCaches())
+        self.draft_model = self._load_draft(draft_folder) if draft_folder else None
         self._speller: TokenSpeller | None = None  # built on the first request for logprobs
         # Sequences decoding together (``gateway.engines.batch_decode``), as many as the
         # setting and the memory left for their KV caches allow. Before the warm-up: on a
@@ -527,6 +525,18 @@ class MLXRunner:
         spent = None if opened is None else len(prompt) - max(opened, len(prompt) - resumed)
         return ReasoningSection(start[0], end[0], params.reasoning_budget, spent, open_first)
 
+    @property
+    def draft_model(self) -> Any:
+        """The loaded draft model (None: drafting, if on, is a lookup in the text)."""
+        return self._draft_model
+
+    @draft_model.setter
+    def draft_model(self, model: Any) -> None:
+        # Its caches of recent generations (``draft_model.DraftCaches``) go with it: a
+        # draft model set anew (a benchmark swaps them) starts with none.
+        self._draft_model = model
+        self.draft_caches = DraftCaches()
+
     def decode_loop(
         self,
         prompt: Sequence[int],
@@ -566,9 +576,7 @@ class MLXRunner:
         if self.speculation == "off":
             return None
         if self.draft_model is not None:
-            if self._draft_caches[0] is not self.draft_model:  # (a benchmark swaps drafts)
-                self._draft_caches = (self.draft_model, DraftCaches())
-            drafter = DraftModel(self.draft_model, self._draft_caches[1])
+            drafter = DraftModel(self.draft_model, self.draft_caches)
             return drafter, DraftPolicy(MAX_MODEL_DRAFT_TOKENS)
         return PromptLookup(), DraftPolicy(MAX_DRAFT_TOKENS)
 

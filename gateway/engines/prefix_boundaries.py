@@ -15,8 +15,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from gateway.engines.prefix_disk import MIN_REUSE_TOKENS, common_prefix
+from gateway.engines.prefix_disk import MIN_REUSE_TOKENS
 from gateway.engines.runner import ModelRunner
+from gateway.engines.token_prefix import common_prefix
 from gateway.seam.request_parts import ChatMessage, ToolSpec
 
 DEFAULT_MAX_PREFIXES = 32

@@ -32,6 +32,7 @@ from typing import Any
 
 from gateway.engines import prefix_file
 from gateway.engines.prefix_file import PARTIAL_SUFFIX, SUFFIX, DamagedFile, FileHeader
+from gateway.engines.token_prefix import common_prefix
 
 log = logging.getLogger(__name__)
 # A shorter common prefix than this is not worth reading a file for (unless it is the
@@ -79,20 +80,6 @@ def weights_fingerprint(folder: Path, form: str = "") -> str:
         stat = weights.stat()
         digest.update(f"{weights.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return digest.hexdigest()[:16]
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
-    """How many leading tokens ``a`` and ``b`` share, at most ``limit`` (slices compare in C)."""
-    low, high = 0, min(len(a), len(b), limit)
-    if tuple(a[:high]) == tuple(b[:high]):
-        return high
-    while low < high:  # the invariant: a[:low] == b[:low], a[:high + 1] != b[:high + 1]
-        middle = (low + high + 1) // 2
-        if tuple(a[:middle]) == tuple(b[:middle]):
-            low = middle
-        else:
-            high = middle - 1
-    return low
 
 
 def cut_to(cache: list[Any], tokens: int) -> list[Any] | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.engines.prefix_disk import common_prefix
+from gateway.engines.token_prefix import common_prefix
 
 _NO_VALUE: Any = object()
 

@@ -445,7 +445,7 @@ class Scheduler:
                         self._batch_open = False
                         return
                 for turn in list(slices):
-                    started = time.perf_counter()
+                    started = time.perf_counter() if trace is not None else 0.0
                     end = turn.advance()
                     if trace is not None:
                         job = turn.job
