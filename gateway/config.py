@@ -287,6 +287,12 @@ class TierSettings(_Section):
         "them in one pass; it stops drafting while that does not pay. 'off': one token a "
         "step. With draft_model, the draft model drafts instead.",
     )
+    decode_step: Literal["compiled", "eager"] = Field(
+        "compiled",
+        description="mlx: 'compiled' traces a decode step's pass once per KV buffer size "
+        "(mx.compile) and replays it, where the model takes it (/health says whether, and "
+        "why not); 'eager' builds it anew at every step, as mlx-lm does.",
+    )
     max_sequences: int = Field(
         8,
         ge=1,

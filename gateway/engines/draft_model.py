@@ -22,6 +22,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
+from gateway.engines.compiled_step import CompiledStep
 from gateway.engines.token_prefix import common_prefix
 
 # The draft's own prefill (the prompt, on its first guess) in chunks of this many tokens.
@@ -62,9 +63,12 @@ class DraftModel:
 
     method = "draft_model"
 
-    def __init__(self, model: Any, kept: DraftCaches | None = None) -> None:
+    def __init__(
+        self, model: Any, kept: DraftCaches | None = None, compiled: CompiledStep | None = None
+    ) -> None:
         self.model = model
         self.kept = kept
+        self.compiled = compiled  # its guesses' step, compiled (``compiled_step``)
         self.cache: list[Any] | None = None  # made (or taken from ``kept``) at the first guess
         self._fed: list[int] = []  # the tokens this cache holds
         # What one guess cost at the last proposal (its own decode steps only, not the
@@ -93,8 +97,14 @@ class DraftModel:
         token = mx.array(new[-1:])
         guesses = []
         started = time.perf_counter()
+        compiled = self.compiled
+        if compiled is not None and not compiled.takes(self.cache):
+            compiled = None  # an empty cache (nothing before the pending token): eager
         for _ in range(limit):
-            logits = self.model(token[None], cache=self.cache)[:, -1, :]
+            if compiled is not None:
+                logits = compiled(token, self.cache)
+            else:
+                logits = self.model(token[None], cache=self.cache)[:, -1, :]
             token = mx.argmax(logits, axis=-1)
             mx.async_eval(token)
             guesses.append(token)

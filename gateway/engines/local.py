@@ -456,6 +456,7 @@ class LocalBackend:
             weights=_weights_health(resident),
             speculation=resident.speculation,
             batch=resident.runner.batch_limit if resident.runner is not None else None,
+            decode_step=resident.runner.decode_step if resident.runner is not None else None,
         )
 
     async def close(self) -> None:

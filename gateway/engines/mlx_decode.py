@@ -31,6 +31,8 @@ What differs, and why:
    model decode too, the loop takes its tokens from the batch's steps (one pass for all,
    each row drawn by its own loop's ``draw``, the next pass queued by the batch), neither
    drafting nor queueing a step of its own.
+6. A step's pass is compiled where the model takes it (``gateway.engines.compiled_step``):
+   traced once per KV buffer size, replayed at every step.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 from mlx_lm.sample_utils import greedy_sampler
 
 from gateway.engines.batch_decode import BatchDecoder, Pending
+from gateway.engines.compiled_step import CompiledStep
 from gateway.engines.drafting import Drafter, DraftPolicy
 from gateway.engines.pass_points import pass_points
 from gateway.engines.pass_timing import PassTiming
@@ -77,6 +80,7 @@ class DecodeLoop:
         history: list[int],
         drafting: tuple[Drafter, DraftPolicy] | None = None,
         batch: BatchDecoder | None = None,
+        compiled: CompiledStep | None = None,
     ) -> None:
         self.model = model
         self.cache = cache
@@ -96,6 +100,8 @@ class DecodeLoop:
         # Plain KV caches can always be trimmed: asked once, not at every step (a rotating
         # cache can be only until it wraps: asked at each step).
         self._always_trimmable = all(type(c) is PlainKVCache for c in cache)
+        # A step's pass, compiled (plain caches only: the only kind it writes).
+        self.compiled = compiled if self._always_trimmable else None
         self._steps = 0
         # The batch of this model's decoding sequences, and the tokens its steps drew for
         # this one that it has not yielded yet (``gateway.engines.batch_decode``).
@@ -227,7 +233,10 @@ class DecodeLoop:
 
     def _step(self, token: mx.array) -> tuple[mx.array, mx.array]:
         with mx.stream(generation_stream):
-            logits = self.model(token[None], cache=self.cache)[:, -1, :]
+            if self.compiled is not None:
+                logits = self.compiled(token, self.cache)
+            else:
+                logits = self.model(token[None], cache=self.cache)[:, -1, :]
             return self.draw(token, logits)
 
     def draw(self, token: mx.array, logits: mx.array) -> tuple[mx.array, mx.array]:

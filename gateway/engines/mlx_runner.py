@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.engines.batch_decode import BatchDecoder, batch_capacity
+from gateway.engines.compiled_step import CompiledStep
 from gateway.engines.constrained import GrammarConstraint, make_llg_tokenizer
 from gateway.engines.device import ComputePath
 from gateway.engines.draft_model import DraftCaches, DraftModel
@@ -264,6 +265,7 @@ class MLXRunner:
         draft_folder: Path | None = None,
         max_batch: int = 1,
         cache_budget_bytes: int | None = None,
+        decode_step: str = "compiled",
     ) -> None:
         import mlx.core as mx
 
@@ -277,10 +279,7 @@ class MLXRunner:
         self._llg_tokenizer: Any = None  # built on the first constrained request
         # With ``experts``, the MoE layers read their experts from disk (engines.experts).
         self.model, self.tokenizer, config = load_model(folder, self.weights, experts)
-        if compute.device == "metal":
-            from mlx_lm.utils import maybe_set_recommended_wired_limit
-
-            maybe_set_recommended_wired_limit()
+        wire_memory(compute)
         self.context_length = int(config.get("max_position_embeddings", 2048))
         self.vocab_size = int(config["vocab_size"])
         self.default_stop = default_stop
@@ -294,6 +293,8 @@ class MLXRunner:
         # Drafting (``gateway.engines.drafting``): "lookup" by default, or "off"; a draft
         # model, where one is given, drafts instead of the lookup.
         self.speculation = speculation if draft_folder is None else "draft_model"
+        self.experts = experts
+        self._step_setting = decode_step  # "compiled" (where the model takes it) or "eager"
         self.draft_model = self._load_draft(draft_folder) if draft_folder else None
         self._speller: TokenSpeller | None = None  # built on the first request for logprobs
         # Sequences decoding together (``gateway.engines.batch_decode``), as many as the
@@ -305,6 +306,8 @@ class MLXRunner:
         )
         self.max_sequences = self.batch.capacity
         self.batch_limit = self.batch.limit.as_dict()
+        # A decode step's pass, compiled where the model takes it (``decode_step``).
+        self.compiled_step, self._step_reason = self._compiled_step(self.model)
         self._warm_up()
         self.timing.pacing = pacing
         mx.reset_peak_memory()  # report the serving peak, not the load-time conversion
@@ -332,6 +335,31 @@ class MLXRunner:
             )
         model, _, _ = load_model(folder, self.weights)
         return model
+
+    @property
+    def decode_step(self) -> dict[str, Any]:
+        """For ``/health``: whether a decode step's pass is compiled (a draft model's too),
+        and why not."""
+        described: dict[str, Any] = {
+            "compiled": self.compiled_step is not None,
+            "reason": self._step_reason,
+        }
+        if self.draft_model is not None:
+            described["draft_compiled"] = self.draft_step is not None
+        return described
+
+    def _compiled_step(self, model: Any) -> tuple[CompiledStep | None, str]:
+        """``model``'s decode step compiled, where the setting and the model allow (else
+        None), and why (``gateway.engines.compiled_step``)."""
+        import mlx.core as mx
+        from mlx_lm.generate import generation_stream
+
+        if self._step_setting == "eager":
+            return None, "eager: the tier's decode_step setting"
+        if model is self.model and self.experts is not None:
+            return None, "eager: its experts stream from disk (the routing is read at each step)"
+        with mx.stream(generation_stream):
+            return CompiledStep.probe(model, int(next(iter(self.eos_token_ids), 0)))
 
     def _warm_up(self) -> None:
         """Compile at load what serving uses: MLX prepares its kernels on first use (Metal
@@ -536,6 +564,7 @@ class MLXRunner:
         # draft model set anew (a benchmark swaps them) starts with none.
         self._draft_model = model
         self.draft_caches = DraftCaches()
+        self.draft_step = self._compiled_step(model)[0] if model is not None else None
 
     def decode_loop(
         self,
@@ -567,6 +596,7 @@ class MLXRunner:
             list(prompt),
             self._drafting(prompt, params),
             self.batch,
+            self.compiled_step,
         )
 
     def _drafting(
@@ -576,9 +606,17 @@ class MLXRunner:
         if self.speculation == "off":
             return None
         if self.draft_model is not None:
-            drafter = DraftModel(self.draft_model, self.draft_caches)
+            drafter = DraftModel(self.draft_model, self.draft_caches, self.draft_step)
             return drafter, DraftPolicy(MAX_MODEL_DRAFT_TOKENS)
         return PromptLookup(), DraftPolicy(MAX_DRAFT_TOKENS)
+
+
+def wire_memory(compute: ComputePath) -> None:
+    """On a Mac, ask macOS to keep the weights wired (mlx-lm's recommended limit)."""
+    if compute.device == "metal":
+        from mlx_lm.utils import maybe_set_recommended_wired_limit
+
+        maybe_set_recommended_wired_limit()
 
 
 def prefix_tokenizer_of(tokenizer: Any) -> PrefixTokenizer | None:

@@ -71,6 +71,11 @@ class ModelRunner(Protocol):
     max_sequences: int
     batch_limit: dict[str, Any]
 
+    @property
+    def decode_step(self) -> dict[str, Any]:
+        """Whether its decode steps are compiled, and why not ({"compiled", "reason"})."""
+        ...
+
     def render_chat(
         self,
         messages: Sequence[ChatMessage],

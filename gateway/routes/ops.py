@@ -90,6 +90,7 @@ def _tier_entry(state: BackendHealth) -> dict[str, Any]:
         **({"weights": state.weights} if state.weights else {}),
         **({"speculation": state.speculation} if state.speculation else {}),
         **({"batch": state.batch} if state.batch else {}),
+        **({"decode_step": state.decode_step} if state.decode_step else {}),
         **({"cluster": state.cluster} if state.cluster else {}),
         **({"detail": state.detail} if state.detail else {}),
     }

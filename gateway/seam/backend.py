@@ -301,6 +301,9 @@ class BackendHealth:
     speculation: str | None = None
     # Local tiers, loaded: how many generations decode together and what bounds it.
     batch: Described | None = None
+    # Local tiers, loaded: whether a decode step's pass is compiled, and why not
+    # ({"compiled", "reason"}, gateway.engines.compiled_step).
+    decode_step: Described | None = None
     # Distributed tiers: the cluster's ranks, hosts, state and restarts (gateway.engines.distributed).
     cluster: Described | None = None
 

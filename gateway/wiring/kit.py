@@ -57,6 +57,7 @@ class LocalModelKit(Protocol):
         pacing: Pacing | None = None,
         drafting: Drafting | None = None,
         batching: Batching | None = None,
+        decoding: Decoding | None = None,
     ) -> ModelRunner:
         """A loaded runner (a ``RunnerFactory``); called on the inference thread. ``pacing``:
         what its passes ask between them (the scheduler); ``drafting``: the tier's
@@ -92,6 +93,13 @@ class Batching:
     cache_budget_bytes: int | None = None
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """How a tier's decode steps run (``TierSettings.decode_step``): compiled or eager."""
+
+    step: str = "compiled"
+
+
 def resolve_model(settings: Settings, model_id: str) -> ResolvedModel:
     """The folder to load for a tier's model reference (``gateway.modelstore.sources``)."""
     store = ModelStore(settings.cache_dir)
@@ -114,6 +122,7 @@ class MLXModelKit:
         pacing: Pacing | None = None,
         drafting: Drafting | None = None,
         batching: Batching | None = None,
+        decoding: Decoding | None = None,
     ) -> ModelRunner:
         from gateway.engines.mlx_runner import MLXRunner
 
@@ -133,6 +142,7 @@ class MLXModelKit:
             draft_folder=resolve_model(self.settings, draft).folder if draft else None,
             max_batch=batching.max_sequences,
             cache_budget_bytes=batching.cache_budget_bytes,
+            decode_step=(decoding or Decoding()).step,
         )
 
     def memory(self) -> dict[str, int]:
@@ -197,6 +207,7 @@ class GivenRunnerKit:
         pacing: Pacing | None = None,
         drafting: Drafting | None = None,
         batching: Batching | None = None,
+        decoding: Decoding | None = None,
     ) -> ModelRunner:
         # A test's runner is a fake: it computes no passes to pace, drafts nothing and
         # decodes alone.

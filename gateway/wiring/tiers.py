@@ -26,7 +26,7 @@ from gateway.scheduler.slot import Scheduler
 from gateway.seam.backend import Backend
 from gateway.serving.tiers import Tier, TierRegistry
 from gateway.wiring.clusters import distributed_backend
-from gateway.wiring.kit import Batching, Drafting, LocalModelKit
+from gateway.wiring.kit import Batching, Decoding, Drafting, LocalModelKit
 
 
 def prefix_disk_folder(settings: Settings) -> Path:
@@ -81,6 +81,7 @@ class TierBackends:
             weights.mode if weights else "native",
             pacing=self.scheduler,  # its passes ask the slot who may arrive
             drafting=Drafting(tier.speculation, tier.draft_model),
+            decoding=Decoding(tier.decode_step),
             # The memory a tier's sequences may fill: the budget less its weights.
             batching=Batching(
                 tier.max_sequences,

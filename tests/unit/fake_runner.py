@@ -50,6 +50,7 @@ class FakeRunner:
     max_token_chars = 1
     max_sequences = 1
     batch_limit = {"max_sequences": 1, "limited_by": "setting", "kv_bytes_per_token": 0}
+    decode_step = {"compiled": False, "reason": "eager: a fake runner computes no passes"}
 
     def render_chat(self, messages: Sequence[dict[str, Any]], **_: Any) -> list[int]:
         return [ord(c) % 256 for m in messages for c in str(m["content"])] or [0]
