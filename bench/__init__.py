@@ -86,9 +86,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--variant",
         action="append",
-        metavar="NAME:SECTION.KEY=VALUE",
-        help="ceiling: one more gateway of this source, with one setting changed "
-        "(e.g. unpaced:scheduler.token_flush_seconds=0), in the same runs",
+        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+        help="ceiling: one more gateway of this source, with settings changed, KEY a dotted "
+        "path (unpaced:scheduler.token_flush_seconds=0, eager:tiers.default.decode_step=eager), "
+        "in the same runs",
     )
     parser.add_argument(
         "--engine-row",

@@ -17,7 +17,8 @@ alternating in every run after one discarded warm-up:
 * ``mlx_lm.server`` on the same weights (``--versus-server``), streamed the same way;
 * the CPU of the gateway's other threads per token (the inference thread, MLX's own);
 * with ``--variant NAME:SECTION.KEY=VALUE``, another gateway of this source with one setting
-  changed (``unpaced:scheduler.token_flush_seconds=0``); ``--rows`` keeps only some rows;
+  changed (``unpaced:scheduler.token_flush_seconds=0``, ``eager:tiers.default.decode_step=eager``);
+  ``--rows`` keeps only some rows;
 * with ``--engine-row``, the gateway's own engine in this process (``MLXRunner.generate``:
   the same decode loop, detokenizer and stop matcher, no HTTP, no event loop): what the
   gateway costs on the inference thread apart from serving;
@@ -37,6 +38,7 @@ vocabulary projection's share.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -60,6 +62,8 @@ from testsupport.process import (
 )
 
 SERVER = "mlx_lm.server"
+# The tier a gateway has when none is set (``Settings``): what a variant's tier starts from.
+IMPLICIT_TIER = {"model": DEFAULT_MODEL_ID, "keep_alive_seconds": 0, "preload": True}
 PROFILED_REQUESTS = 8
 
 MATRIX_ROWS, MATRIX_COLUMNS = 8192, 8192  # 256 MiB in float32: far beyond the caches
@@ -168,16 +172,24 @@ def engine_decode(runner: Any, max_tokens: int) -> float:
 
 
 def variant_config(config: dict[str, Any], spec: str) -> tuple[str, dict[str, Any]]:
-    """``NAME:SECTION.KEY=VALUE`` -> (NAME, ``config`` with that setting)."""
-    name, setting = spec.split(":", 1)
-    key, raw = setting.split("=", 1)
-    section, field = key.split(".", 1)
-    try:
-        value: Any = json.loads(raw)
-    except ValueError:
-        value = raw
-    changed = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
-    changed.setdefault(section, {})[field] = value
+    """``NAME:KEY=VALUE[,KEY=VALUE...]`` -> (NAME, ``config`` with those settings), a KEY a
+    dotted path (``scheduler.token_flush_seconds``, ``tiers.default.decode_step``). A tier
+    named without a model is the implicit one's: the default model, loaded at start."""
+    name, settings = spec.split(":", 1)
+    changed = copy.deepcopy(config)
+    for setting in settings.split(","):
+        key, raw = setting.split("=", 1)
+        *sections, field = key.split(".")
+        table = changed
+        for section in sections:
+            table = table.setdefault(section, {})
+        try:
+            table[field] = json.loads(raw)
+        except ValueError:
+            table[field] = raw
+    for tier in changed.get("tiers", {}).values():
+        for key, value in IMPLICIT_TIER.items():
+            tier.setdefault(key, value)
     return name, changed
 
 
