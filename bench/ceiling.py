@@ -32,7 +32,8 @@ the embedded default; every gateway serves it under the default model's id
 A profile of one decode step follows: the forward pass, the same weights' matrix-vector
 products alone (the part the ceiling counts), the Python time to build the step's graph
 (hidden behind the computation by mlx-lm's pipelining as long as it is shorter), the
-vocabulary projection's share.
+vocabulary projection's share, and the gateway's compiled step (``gateway.engines.
+compiled_step``): its pass, and the Python time of its call.
 """
 
 from __future__ import annotations
@@ -319,12 +320,30 @@ def step_profile(model: Any) -> dict[str, float]:
     def projection() -> None:
         mx.eval(vectors[head.shape[1]] @ head.T)
 
+    from gateway.engines.compiled_step import CompiledStep
+
+    compiled, _reason = CompiledStep.probe(model, 42)
+
+    def compiled_forward() -> None:
+        assert compiled is not None
+        mx.eval(compiled(token[0], cache))
+        rewind()
+
+    def compiled_build_only() -> None:
+        assert compiled is not None
+        built.append(compiled(token[0], cache))
+        rewind()
+
     profile = {
         "forward pass": timed(forward, 20),
         "matrix-vector products alone": timed(matvecs, 20),
         "vocabulary projection alone": timed(projection, 20),
         "graph building (Python)": timed(build_only, 20),
     }
+    if compiled is not None:  # the gateway's step (``gateway.engines.compiled_step``)
+        compiled_forward()  # traced for this buffer's size
+        profile["compiled step"] = timed(compiled_forward, 20)
+        profile["compiled step, the call alone (Python)"] = timed(compiled_build_only, 20)
     mx.eval(built)
     return {name: seconds * 1e3 for name, seconds in profile.items()}
 
@@ -339,6 +358,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from gateway.modelstore.store import ModelStore
 
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-ceiling-"))
+    load = os.getloadavg()
     config: dict[str, Any] = {}
     if args.model_folder:
         folder = Path(args.model_folder)
@@ -426,6 +446,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
             except (httpx.HTTPError, RuntimeError) as exc:  # the measurements above stand
                 profiles[who] = {"error": f"{type(exc).__name__}: {exc}"}
+    load_after = os.getloadavg()
     profile = step_profile(model)
     summaries = {name: Summary.of(values) for name, values in rates.items()}
     cpu_summaries = {name: Summary.of(values) for name, values in cpu_per_token.items()}
@@ -455,6 +476,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     else ""
                 )
             )
+    print(f"load average (1, 5, 15 min) at the start {load}, at the end {load_after}")
     print("\none decode step (100 tokens of context), medians:")
     for name, milliseconds in profile.items():
         print(f"  {name:34} {milliseconds:8.2f} ms")
@@ -466,6 +488,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "max_tokens": args.max_tokens,
         "baseline": args.baseline,
         "variants": args.variant or [],
+        "load_average": {"start": load, "end": load_after},
         "weights_bytes": weight_bytes,
         "matvec_bytes_per_second": bandwidth.as_dict(),
         "ceiling_tokens_per_second": ceiling,
