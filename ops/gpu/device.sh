@@ -10,6 +10,7 @@
 #   batch-profile: as decode, then `run.py batch-profile` (1 and 8 clients, 8 profiled)
 #   real:   as decode, and the carried GGUFs joined and checked, then `run.py real` (issue 31)
 #   final:  as decode, then `run.py final` (issues 33 and 34 after session 10's changes)
+#   compiled: as decode, then `run.py compiled` (the compiled decode step vs the eager one)
 # Results: $OUT/results.json and $OUT/log.txt (the device tool brings back few files).
 set -uo pipefail
 shopt -s nullglob
@@ -20,7 +21,7 @@ case "${1:?stash, decode, priority, speculative, concurrency, more or long}" in
 stash)
   cp .gpu/part-*/* .gpu/gguf-*/* "$STASH"/ && du -sh "$STASH" && ls "$STASH" | wc -l
   exit ;;
-decode | priority | speculative | concurrency | batch-profile | real | final)
+decode | priority | speculative | concurrency | batch-profile | real | final | compiled)
   cp .gpu/part-*/* .gpu/gguf-*/* "$STASH"/ || exit 1
   rm -rf "$WORK/src" && mkdir -p "$WORK/src" && cp -r .gpu/before .gpu/after "$WORK/src/" || exit 1
   cat "$STASH"/part-* > "$WORK/payload.tar"

@@ -10,7 +10,8 @@ versus`` at 2K and 8K: cold, hinted, hinted + speculated, second turn, against
 and the Llama-1B shape, and ``gateway bench stages`` on the latter. ``speculative``: ``gateway bench
 speculative`` (issue 34). ``concurrency``: ``gateway bench concurrency`` (issue 33: 1 to 8 concurrent
 clients vs ``mlx_lm.server``), then ``bench priority`` beside batched background work. ``real``:
-issues 31 and 34 on the real Qwen2.5-Coder GGUFs (``models.py``). Each until
+issues 31 and 34 on the real Qwen2.5-Coder GGUFs (``models.py``). ``compiled``: the compiled
+decode step against the eager one (issue 32). Each until
 the time budget is spent (``PLAN``).
 
 Every benchmark runs as its own process with a timeout; one failing does not stop the others.
@@ -33,6 +34,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 # The gateway rows are compared with the same source under another setting (``--variant``).
 UNPACED = "unpaced:scheduler.token_flush_seconds=0"
+EAGER = "eager:tiers.default.decode_step=eager"  # the decode step built anew each step
 # Each phase: (kind, model, arguments) in order, most needed first; a step starts only when
 # MIN_LEFT of the budget is left for it. ``ceiling``: decode; ``versus``: TTFT.
 PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
@@ -118,6 +120,21 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
                                       "edit", "--draft-model", "{model:qwen-1.5b}"]),
         ("ceiling", "qwen-1.5b", ["--runs", "5", "--max-tokens", "256", "--rows", "plain",
                                   "json schema", "--engine-row", "--versus-server"]),
+    ],
+    # Session 11's compiled decode step (issue 32 item 3), against the eager step of the same
+    # source in the same runs (``--variant``): decode plain and under a JSON schema on the
+    # Llama-1B shape (the issue's ≥ 1.3x generate_step, ≥ 0.95x plain), the concurrency table
+    # (the batch's steps stay eager; its single-client row is compiled), then the 8B's TTFT
+    # rows at 2K and 8K (issue 32's table).
+    "compiled": [
+        ("ceiling", "llama-1b-bf16", ["--runs", "5", "--max-tokens", "256", "--rows", "plain",
+                                      "json schema", "--variant", EAGER, "--engine-row",
+                                      "--versus-server"]),
+        ("ceiling", "smollm2-bf16", ["--runs", "5", "--max-tokens", "256", "--rows", "plain",
+                                     "--variant", EAGER]),
+        ("concurrency", "llama-1b-bf16", ["--runs", "5", "--clients", "1", "4", "8",
+                                          "--max-tokens", "128"]),
+        ("versus", "llama-8b-bf16", ["--context-tokens", "2048", "8192", "--runs", "5"]),
     ],
 }  # fmt: skip
 # A step is started only when at least this much of the budget is left (seconds).
