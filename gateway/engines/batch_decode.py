@@ -43,6 +43,7 @@ from mlx_lm.generate import generation_stream
 from mlx_lm.models.cache import BatchKVCache
 from mlx_lm.models.cache import KVCache as PlainKVCache
 
+from gateway.engines.compiled_step import CompiledStep
 from gateway.engines.pass_points import pass_points
 from gateway.engines.pass_timing import PassTiming
 from gateway.scheduler.pacing import PassPoint
@@ -122,6 +123,8 @@ class BatchDecoder:
         self.steps = 0
         self.sequence_steps = 0
         self.passes_ahead = 0  # passes queued before the last one's tokens were read
+        # Its passes, compiled where the model takes a batch so (``compiled_step``).
+        self.compiled: CompiledStep | None = None
 
     # -- membership (called by the sequences' own loops) ----------------------------------
 
@@ -268,8 +271,12 @@ class BatchDecoder:
         """The graph of one pass over every seat's pending token, each row drawn by its own
         loop (rows drawn alike, greedy with nothing else, in one go); not evaluated."""
         inputs = mx.stack([_token_array(seat.pending) for seat in seats])
+        assert self.cache is not None
         with mx.stream(generation_stream):
-            logits = self.model(inputs, cache=self.cache)[:, -1, :]
+            if self.compiled is not None and self.compiled.takes_batch(self.cache):
+                logits = self.compiled.batched(inputs, self.cache)
+            else:
+                logits = self.model(inputs, cache=self.cache)[:, -1, :]
             together = _draw_greedy_rows(seats, logits)
             for row, seat in enumerate(seats):
                 if row in together:

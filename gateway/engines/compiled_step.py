@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import mlx.core as mx
+from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
 from mlx_lm.models.cache import KVCache as PlainKVCache
-from mlx_lm.models.cache import make_prompt_cache
 
 from gateway.engines.runner import KVCache
 
@@ -49,15 +49,26 @@ def capacity_for(tokens: int) -> int:
 
 class BufferView:
     """A layer's KV cache as a compiled step sees it: the whole buffer, the position to write
-    at as an array, and a mask over the positions written so far."""
+    at as an array, and a mask over the positions written so far. In a batch (left-padded
+    rows, as mlx-lm's ``BatchKVCache``) each row's padding is masked too, and its RoPE
+    offset is its own."""
 
-    def __init__(self, keys: mx.array, values: mx.array, offset: mx.array) -> None:
+    def __init__(
+        self,
+        keys: mx.array,
+        values: mx.array,
+        position: mx.array,
+        left_padding: mx.array | None = None,
+    ) -> None:
         self.keys = keys
         self.values = values
-        self.offset = offset  # read by the layers' RoPE, which takes an array
+        self.position = position  # where this pass writes, for every row
+        self.left_padding = left_padding
+        # What the layers' RoPE reads (it takes an array, one offset per row in a batch).
+        self.offset = position if left_padding is None else position - left_padding
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        start = self.offset[None]
+        start = self.position[None]
         self.keys = mx.slice_update(self.keys, keys, start, axes=(2,))
         self.values = mx.slice_update(self.values, values, start, axes=(2,))
         return self.keys, self.values
@@ -65,11 +76,15 @@ class BufferView:
     def make_mask(
         self, queries: int, return_array: bool = False, window_size: int | None = None
     ) -> mx.array:
-        """Query ``i`` (at ``offset + i``) sees the positions up to its own."""
+        """Query ``i`` (at ``position + i``) sees the positions up to its own, past its
+        row's padding."""
         if window_size is not None:
             raise NotImplementedError("a sliding window is not compiled")
-        seen = self.offset + mx.arange(queries)[:, None]
-        return mx.arange(self.keys.shape[2])[None] <= seen
+        positions = mx.arange(self.keys.shape[2])
+        seen = positions[None] <= (self.position + mx.arange(queries))[:, None]
+        if self.left_padding is None:
+            return seen
+        return (seen[None] & (positions >= self.left_padding[:, None, None]))[:, None]
 
 
 class CompiledStep:
@@ -79,11 +94,25 @@ class CompiledStep:
     def __init__(self, model: Any) -> None:
         self.model = model
         self._compiled: Callable[..., Sequence[mx.array]] = mx.compile(self._traced)
+        self._compiled_batch: Callable[..., Sequence[mx.array]] = mx.compile(self._traced_batch)
 
-    def _traced(self, token: mx.array, offset: mx.array, *buffers: mx.array) -> list[mx.array]:
+    def _traced(self, token: mx.array, position: mx.array, *buffers: mx.array) -> list[mx.array]:
         layers = len(buffers) // 2
-        views = [BufferView(buffers[i], buffers[layers + i], offset) for i in range(layers)]
-        logits = self.model(token[None], cache=views)[:, -1, :]
+        views = [BufferView(buffers[i], buffers[layers + i], position) for i in range(layers)]
+        return self._pass(token[None], views)
+
+    def _traced_batch(
+        self, tokens: mx.array, position: mx.array, left_padding: mx.array, *buffers: mx.array
+    ) -> list[mx.array]:
+        layers = len(buffers) // 2
+        views = [
+            BufferView(buffers[i], buffers[layers + i], position, left_padding)
+            for i in range(layers)
+        ]
+        return self._pass(tokens, views)
+
+    def _pass(self, tokens: mx.array, views: list[BufferView]) -> list[mx.array]:
+        logits = self.model(tokens, cache=views)[:, -1, :]
         return [logits, *(v.keys for v in views), *(v.values for v in views)]
 
     @staticmethod
@@ -94,17 +123,32 @@ class CompiledStep:
     def __call__(self, token: mx.array, cache: KVCache) -> mx.array:
         offset = cache[0].offset
         make_room(cache, offset + 1)
-        outputs = self._compiled(
-            token,
-            mx.array(offset, dtype=mx.int32),
-            *(c.keys for c in cache),
-            *(c.values for c in cache),
-        )
-        layers = len(cache)
-        for index, layer in enumerate(cache):
-            layer.keys = outputs[1 + index]
-            layer.values = outputs[1 + layers + index]
+        outputs = self._compiled(token, mx.array(offset, dtype=mx.int32), *_buffers(cache))
+        _written(cache, outputs)
+        for layer in cache:
             layer.offset += 1
+        return outputs[0]
+
+    @staticmethod
+    def takes_batch(cache: Sequence[BatchKVCache]) -> bool:
+        """Whether a batch's ``cache`` is one a compiled step writes: filled, no right
+        padding left to roll away."""
+        return all(
+            type(c) is BatchKVCache and c.keys is not None and c._right_padding is None
+            for c in cache
+        )
+
+    def batched(self, tokens: mx.array, cache: Sequence[BatchKVCache]) -> mx.array:
+        """The logits of each row's next token after ``tokens`` (one per row, ``(B, 1)``),
+        the tokens left in ``cache``, as ``model(tokens, cache)`` does with a batch's cache."""
+        index = cache[0]._idx
+        make_room(cache, index + 1)
+        position = mx.array(index, dtype=mx.int32)
+        outputs = self._compiled_batch(tokens, position, cache[0].left_padding, *_buffers(cache))
+        _written(cache, outputs)
+        for layer in cache:
+            layer._idx += 1
+            layer.offset = layer.offset + 1
         return outputs[0]
 
     @classmethod
@@ -135,6 +179,33 @@ class CompiledStep:
         return step, "compiled"
 
 
+def batch_problem(step: CompiledStep, model: Any) -> str | None:
+    """Why ``step`` does not compile ``model``'s batched steps (None: it does): two sequences
+    of different lengths decoded two steps as a batch, compiled and eager, on the same
+    caches, every row compared (``logits_differ``)."""
+    prompts = [[1, 2, 3, 4, 5], [6, 7, 8]]
+    batches = []
+    for _ in range(2):  # one for each way: the same prompts, the same batch
+        caches = [make_prompt_cache(model) for _ in prompts]
+        for prompt, cache in zip(prompts, caches, strict=True):
+            mx.eval(model(mx.array([prompt]), cache=cache))
+        batches.append([BatchKVCache.merge([c[i] for c in caches]) for i in range(len(caches[0]))])
+    eager, compiled = batches
+    tokens = mx.array([[9], [10]])
+    try:
+        for _ in range(2):
+            want = model(tokens, cache=eager)[:, -1, :]
+            got = step.batched(tokens, compiled)
+            for row in range(len(prompts)):
+                differs = logits_differ(want[row], got[row])
+                if differs:
+                    return f"the compiled batched step's logits differ from the eager one's ({differs})"
+            tokens = mx.argmax(want, axis=-1)[:, None]
+    except Exception as exc:  # a layer that cannot be traced with a batch's offsets
+        return f"its layers cannot be compiled for a batch ({type(exc).__name__}: {exc})"
+    return None
+
+
 def logits_differ(want: mx.array, got: mx.array) -> str | None:
     """How ``got`` differs from ``want`` beyond ``tolerance`` (another greedy token, or a
     logit off by more than that share of their range), or None."""
@@ -160,16 +231,32 @@ def tolerance(dtype: mx.Dtype) -> float:
     return 1e-3 if dtype == mx.float32 else 5e-2
 
 
-def make_room(cache: KVCache, tokens: int) -> None:
-    """Grow each layer's buffers to hold ``tokens`` (to ``capacity_for(tokens)``), keeping
-    what they hold; the tail past it is zeros, never read unmasked."""
+def make_room(cache: Sequence[Any], tokens: int) -> None:
+    """Give each layer's buffers a size of ``capacity_for``'s that holds ``tokens``, keeping
+    what they hold; the tail past it is zeros, never read unmasked. A buffer of another
+    size (mlx-lm grows its own by 256 from wherever it stands; a batch's shrinks when a
+    sequence leaves) is resized too: each size is a trace, kept for every later step of
+    that size, so the sizes are kept few."""
     for layer in cache:
-        if layer.keys.shape[2] < tokens:
-            size = capacity_for(tokens)
-            layer.keys = _grown(layer.keys, layer.offset, size)
-            layer.values = _grown(layer.values, layer.offset, size)
+        size = layer.keys.shape[2]
+        if size < tokens or capacity_for(size) != size:
+            held = layer._idx if isinstance(layer, BatchKVCache) else layer.offset
+            layer.keys = _resized(layer.keys, held, capacity_for(tokens))
+            layer.values = _resized(layer.values, held, capacity_for(tokens))
 
 
-def _grown(buffer: mx.array, held: int, size: int) -> mx.array:
+def _resized(buffer: mx.array, held: int, size: int) -> mx.array:
     tail = mx.zeros((*buffer.shape[:2], size - held, buffer.shape[3]), buffer.dtype)
     return mx.concatenate([buffer[..., :held, :], tail], axis=2)
+
+
+def _buffers(cache: Sequence[Any]) -> list[mx.array]:
+    return [*(c.keys for c in cache), *(c.values for c in cache)]
+
+
+def _written(cache: Sequence[Any], outputs: Sequence[mx.array]) -> None:
+    """Each layer's buffers as the compiled pass wrote them (its outputs after the logits)."""
+    layers = len(cache)
+    for index, layer in enumerate(cache):
+        layer.keys = outputs[1 + index]
+        layer.values = outputs[1 + layers + index]

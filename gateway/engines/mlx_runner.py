@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.engines.batch_decode import BatchDecoder, batch_capacity
-from gateway.engines.compiled_step import CompiledStep
+from gateway.engines.compiled_step import CompiledStep, batch_problem
 from gateway.engines.constrained import GrammarConstraint, make_llg_tokenizer
 from gateway.engines.device import ComputePath
 from gateway.engines.draft_model import DraftCaches, DraftModel
@@ -306,8 +306,7 @@ class MLXRunner:
         )
         self.max_sequences = self.batch.capacity
         self.batch_limit = self.batch.limit.as_dict()
-        # A decode step's pass, compiled where the model takes it (``decode_step``).
-        self.compiled_step, self._step_reason = self._compiled_step(self.model)
+        self._compile_steps()  # where the model takes it (``decode_step``)
         self._warm_up()
         self.timing.pacing = pacing
         mx.reset_peak_memory()  # report the serving peak, not the load-time conversion
@@ -344,9 +343,27 @@ class MLXRunner:
             "compiled": self.compiled_step is not None,
             "reason": self._step_reason,
         }
+        if self.batch.capacity > 1:
+            described["batch_compiled"] = self.batch.compiled is not None
+            if self._batch_step_problem and self.compiled_step is not None:
+                described["batch_reason"] = self._batch_step_problem
         if self.draft_model is not None:
             described["draft_compiled"] = self.draft_step is not None
         return described
+
+    def _compile_steps(self) -> None:
+        """A decode step's pass compiled, where the model takes it; the batch's too, where
+        its batched steps take it (``gateway.engines.compiled_step``)."""
+        import mlx.core as mx
+        from mlx_lm.generate import generation_stream
+
+        self.compiled_step, self._step_reason = self._compiled_step(self.model)
+        self._batch_step_problem: str | None = None
+        if self.compiled_step is None or self.batch.capacity < 2:
+            return
+        with mx.stream(generation_stream):
+            self._batch_step_problem = batch_problem(self.compiled_step, self.model)
+        self.batch.compiled = self.compiled_step if self._batch_step_problem is None else None
 
     def _compiled_step(self, model: Any) -> tuple[CompiledStep | None, str]:
         """``model``'s decode step compiled, where the setting and the model allow (else

@@ -246,3 +246,54 @@ def test_a_draft_models_guesses_are_the_same_compiled(smollm2: MLXRunner) -> Non
     # fourth guess): its cache is cut back to them and continues compiled.
     history = [*history, *eager_guesses[:3], (eager_guesses[3] + 1) % 1000]
     assert drafter.propose(history, 8) == DraftModel(smollm2.model).propose(history, 8)
+
+
+def test_a_batchs_compiled_steps_give_its_eager_steps_tokens(smollm2: MLXRunner) -> None:
+    """Three sequences of different lengths decoding as a batch (left-padded), compiled and
+    eager on the same caches: each row the same greedy tokens, step after step, while the
+    buffer grows past 256 and after a sequence leaves (its rows dropped, the common padding
+    cut: a buffer of another size)."""
+    from mlx_lm.models.cache import BatchKVCache
+
+    from gateway.engines.batch_decode import _keep_rows
+    from gateway.engines.compiled_step import batch_problem
+
+    model = smollm2.model
+    compiled = smollm2.compiled_step
+    assert compiled is not None and batch_problem(compiled, model) is None
+    prompt = prompt_of(smollm2)
+    prompts = [prompt[:30], prompt[:248], prompt[:120]]
+    batches = []
+    for _ in range(2):
+        caches = [smollm2.new_cache() for _ in prompts]
+        for tokens, cache in zip(prompts, caches, strict=True):
+            mx.eval(model(mx.array([tokens]), cache=cache))
+        batches.append([BatchKVCache.merge([c[i] for c in caches]) for i in range(len(caches[0]))])
+    eager, together = batches
+    tokens = mx.array([[42], [43], [44]])
+    rows, grown = [0, 1, 2], False
+    for step in range(24):
+        if step == 12:  # the longest leaves: the others' common padding is cut
+            rows = [0, 2]
+            tokens = tokens[mx.array(rows)]
+            for cache in (eager, together):
+                unused = cache[0]._idx - (120 + 12)
+                for layer in cache:
+                    _keep_rows(layer, [0, 2], unused)
+        want = model(tokens, cache=eager)[:, -1, :]
+        got = compiled.batched(tokens, together)
+        grown = grown or together[0].keys.shape[2] > 256
+        assert mx.argmax(want, axis=-1).tolist() == mx.argmax(got, axis=-1).tolist(), step
+        assert mx.allclose(want, got, atol=1e-3, rtol=1e-3).item(), step
+        tokens = mx.argmax(want, axis=-1)[:, None]
+    assert grown
+    assert together[0].keys is not None and together[0].keys.shape[2] == capacity_for(
+        together[0]._idx
+    )
+
+
+def test_a_runner_that_batches_hands_its_batch_the_compiled_step() -> None:
+    folder = ModelStore(default_cache_dir()).path_for(DEFAULT_MODEL_ID)
+    runner = MLXRunner("m", folder, choose_compute_path(), max_batch=4)
+    assert runner.batch.compiled is runner.compiled_step is not None
+    assert runner.decode_step == {"compiled": True, "reason": "compiled", "batch_compiled": True}
