@@ -121,12 +121,14 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
         ("ceiling", "qwen-1.5b", ["--runs", "5", "--max-tokens", "256", "--rows", "plain",
                                   "json schema", "--engine-row", "--versus-server"]),
     ],
-    # Session 11's compiled decode step (issue 32 item 3), against the eager step of the same
-    # source in the same runs (``--variant``): decode plain and under a JSON schema on the
-    # Llama-1B shape (the issue's ≥ 1.3x generate_step, ≥ 0.95x plain), the concurrency table
-    # (the batch's steps stay eager; its single-client row is compiled), then the 8B's TTFT
-    # rows at 2K and 8K (issue 32's table).
+    # Session 11's compiled decode step (issues 32 and 33), against the eager step in the same
+    # runs: in process for 1, 4 and 8 sequences (``ops/compiled_step_ab.py``), then served
+    # (``--variant``): decode plain and under a JSON schema on the Llama-1B shape (the issue's
+    # ≥ 1.3x generate_step, ≥ 0.95x plain), the concurrency table (batched steps compiled),
+    # then the 8B's TTFT rows at 2K and 8K (issue 32's table).
     "compiled": [
+        ("compiled_step_ab.py", "llama-1b-bf16", ["--sequences", "1", "4", "8", "--runs", "5",
+                                                  "--max-tokens", "128"]),
         ("ceiling", "llama-1b-bf16", ["--runs", "5", "--max-tokens", "256", "--rows", "plain",
                                       "json schema", "--variant", EAGER, "--engine-row",
                                       "--versus-server"]),
@@ -246,7 +248,11 @@ def run_phase(phase: Phase, which: str, models: Path, smollm2: Path, before: Pat
             if arg.startswith("{model:"):
                 other = arg[len("{model:") : -1]
                 places[arg] = str(build_models(phase, models, smollm2, [other]).get(other))
-        argv = [sys.executable, "-m", "gateway", "bench", kind, "--model-folder", str(folder),
+        # A benchmark of ``gateway bench``, or a script of ops/ (``compiled_step_ab.py``).
+        command = (
+            [str(HERE.parent / kind)] if kind.endswith(".py") else ["-m", "gateway", "bench", kind]
+        )
+        argv = [sys.executable, *command, "--model-folder", str(folder),
                 *(places.get(arg, arg) for arg in args), "--json", str(out)]  # fmt: skip
         if phase.run(f"{kind} {name}", argv, phase.left() - 10) and out.exists():
             phase.result[f"{kind}/{name}/{index}"] = json.loads(out.read_text())
