@@ -96,10 +96,10 @@ class CompiledStep:
         self._compiled: Callable[..., Sequence[mx.array]] = mx.compile(self._traced)
         self._compiled_batch: Callable[..., Sequence[mx.array]] = mx.compile(self._traced_batch)
 
-    def _traced(self, token: mx.array, position: mx.array, *buffers: mx.array) -> list[mx.array]:
+    def _traced(self, tokens: mx.array, position: mx.array, *buffers: mx.array) -> list[mx.array]:
         layers = len(buffers) // 2
         views = [BufferView(buffers[i], buffers[layers + i], position) for i in range(layers)]
-        return self._pass(token[None], views)
+        return self._pass(tokens[None], views)
 
     def _traced_batch(
         self, tokens: mx.array, position: mx.array, left_padding: mx.array, *buffers: mx.array
@@ -112,7 +112,10 @@ class CompiledStep:
         return self._pass(tokens, views)
 
     def _pass(self, tokens: mx.array, views: list[BufferView]) -> list[mx.array]:
-        logits = self.model(tokens, cache=views)[:, -1, :]
+        logits = self.model(tokens, cache=views)
+        # A batch's: each row's last position; one sequence's: every position (a verified
+        # draft's tokens), so one step's is one row.
+        logits = logits[:, -1, :] if logits.shape[0] > 1 else logits[0]
         return [logits, *(v.keys for v in views), *(v.values for v in views)]
 
     @staticmethod
@@ -120,13 +123,16 @@ class CompiledStep:
         """Whether ``cache`` is one a compiled step writes: plain ``KVCache``s, filled."""
         return all(type(c) is PlainKVCache and c.keys is not None for c in cache)
 
-    def __call__(self, token: mx.array, cache: KVCache) -> mx.array:
+    def __call__(self, tokens: mx.array, cache: KVCache) -> mx.array:
+        """The logits after each of ``tokens`` (``(n,)``: a step's one, or a draft's pending
+        token and guesses, verified in one pass), ``(n, vocabulary)``; the tokens are left
+        in ``cache``. Each ``n`` is a trace of its own (a draft's length varies little)."""
         offset = cache[0].offset
-        make_room(cache, offset + 1)
-        outputs = self._compiled(token, mx.array(offset, dtype=mx.int32), *_buffers(cache))
+        make_room(cache, offset + tokens.shape[0])
+        outputs = self._compiled(tokens, mx.array(offset, dtype=mx.int32), *_buffers(cache))
         _written(cache, outputs)
         for layer in cache:
-            layer.offset += 1
+            layer.offset += tokens.shape[0]
         return outputs[0]
 
     @staticmethod

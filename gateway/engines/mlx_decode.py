@@ -31,8 +31,8 @@ What differs, and why:
    model decode too, the loop takes its tokens from the batch's steps (one pass for all,
    each row drawn by its own loop's ``draw``, the next pass queued by the batch), neither
    drafting nor queueing a step of its own.
-6. A step's pass is compiled where the model takes it (``gateway.engines.compiled_step``):
-   traced once per KV buffer size, replayed at every step.
+6. A step's pass (and a draft's verifying pass) is compiled where the model takes it
+   (``gateway.engines.compiled_step``): traced once per KV buffer size, replayed after.
 """
 
 from __future__ import annotations
@@ -270,7 +270,10 @@ class DecodeLoop:
         assert self.policy is not None
         inputs = [pending, *draft]
         with mx.stream(generation_stream):
-            logits = self.model(mx.array(inputs)[None], cache=self.cache)[0]
+            if self.compiled is not None:
+                logits = self.compiled(mx.array(inputs), self.cache)
+            else:
+                logits = self.model(mx.array(inputs)[None], cache=self.cache)[0]
         suspended = yield from pass_points(self.cache, self.timing.pass_stages(inputs))
         kept = self._kept_tokens(inputs, draft, logits)
         accepted = len(kept) - 1

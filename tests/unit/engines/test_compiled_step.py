@@ -297,3 +297,31 @@ def test_a_runner_that_batches_hands_its_batch_the_compiled_step() -> None:
     runner = MLXRunner("m", folder, choose_compute_path(), max_batch=4)
     assert runner.batch.compiled is runner.compiled_step is not None
     assert runner.decode_step == {"compiled": True, "reason": "compiled", "batch_compiled": True}
+
+
+def test_a_drafts_verifying_passes_are_compiled_and_keep_generate_steps_tokens(
+    smollm2: MLXRunner,
+) -> None:
+    """Prompt lookup on a reply that copies its prompt: the drafts are verified by the
+    compiled pass (several tokens at once, the rejected trimmed from the buffer and written
+    over by the next pass) and the greedy tokens are still mlx-lm's."""
+    lines = "\n".join(f"item_{n} = compute_value({n}, scale={n * 3})" for n in range(12))
+    prompt = smollm2.render_chat([{"role": "user", "content": f"Repeat exactly:\n{lines}"}])
+    params = SamplingParams(max_tokens=48, temperature=0.0)
+    lengths: list[int] = []
+    compiled = smollm2.compiled_step
+    assert compiled is not None
+
+    class Counted(CompiledStep):
+        def __call__(self, tokens: mx.array, cache: Any) -> mx.array:
+            lengths.append(tokens.shape[0])
+            return compiled(tokens, cache)
+
+    smollm2.compiled_step = Counted(smollm2.model)
+    smollm2.speculation = "lookup"
+    smollm2.timing.seconds_per_step = 1.0  # drafting pays, as far as it can tell
+    try:
+        assert generated(smollm2, prompt, params) == reference(smollm2, prompt, params)
+    finally:
+        smollm2.compiled_step, smollm2.speculation = compiled, "off"
+    assert max(lengths) > 1 and lengths.count(1) < len(lengths)
