@@ -37,6 +37,11 @@ from gateway.engines.runner import KVCache
 # The smallest growth of a buffer: mlx-lm's own (``KVCache.step``).
 MIN_GROWTH_TOKENS = 256
 PROBE_TOKENS = 6
+# At most this many traces are kept (each a graph of the whole model: ~3 MB of host memory
+# for SmolLM2's 30 layers, measured): past it, all are dropped and traced again as needed.
+# A trace is one shape of inputs: a step's, a draft's length, a batch's size, each per
+# buffer size.
+MAX_TRACES = 48
 
 
 def capacity_for(tokens: int) -> int:
@@ -93,8 +98,22 @@ class CompiledStep:
 
     def __init__(self, model: Any) -> None:
         self.model = model
+        self._renew()
+
+    def _renew(self) -> None:
+        """New compiled functions: the old ones' traces are freed with them."""
         self._compiled: Callable[..., Sequence[mx.array]] = mx.compile(self._traced)
         self._compiled_batch: Callable[..., Sequence[mx.array]] = mx.compile(self._traced_batch)
+        self.traces: set[tuple[int, ...]] = set()
+        self.renewals = getattr(self, "renewals", -1) + 1
+
+    def _shape(self, rows: int, tokens: int, size: int) -> None:
+        """Note the shape of the next pass (its traces are bounded: ``MAX_TRACES``)."""
+        shape = (rows, tokens, size)
+        if shape not in self.traces:
+            if len(self.traces) >= MAX_TRACES:
+                self._renew()
+            self.traces.add(shape)
 
     def _traced(self, tokens: mx.array, position: mx.array, *buffers: mx.array) -> list[mx.array]:
         layers = len(buffers) // 2
@@ -129,6 +148,7 @@ class CompiledStep:
         in ``cache``. Each ``n`` is a trace of its own (a draft's length varies little)."""
         offset = cache[0].offset
         make_room(cache, offset + tokens.shape[0])
+        self._shape(1, tokens.shape[0], cache[0].keys.shape[2])
         outputs = self._compiled(tokens, mx.array(offset, dtype=mx.int32), *_buffers(cache))
         _written(cache, outputs)
         for layer in cache:
@@ -149,6 +169,9 @@ class CompiledStep:
         the tokens left in ``cache``, as ``model(tokens, cache)`` does with a batch's cache."""
         index = cache[0]._idx
         make_room(cache, index + 1)
+        keys = cache[0].keys
+        assert keys is not None  # a batch's cache holds its sequences (``takes_batch``)
+        self._shape(tokens.shape[0], 1, keys.shape[2])
         position = mx.array(index, dtype=mx.int32)
         outputs = self._compiled_batch(tokens, position, cache[0].left_padding, *_buffers(cache))
         _written(cache, outputs)

@@ -79,10 +79,15 @@ def _decode_step(gateway: RunningGateway) -> dict[str, Any]:
 def test_compiled_steps_answer_as_eager_ones(
     gateway: RunningGateway, eager: RunningGateway
 ) -> None:
-    assert _decode_step(gateway) == {"compiled": True, "reason": "compiled"}
+    assert _decode_step(gateway) == {
+        "compiled": True,
+        "reason": "compiled",
+        "batch_compiled": True,  # (max_sequences: 8 by default)
+    }
     assert _decode_step(eager) == {
         "compiled": False,
         "reason": "eager: the tier's decode_step setting",
+        "batch_compiled": False,
     }
     with_logprobs = 0
     for request in REQUESTS:

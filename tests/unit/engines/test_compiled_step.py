@@ -325,3 +325,23 @@ def test_a_drafts_verifying_passes_are_compiled_and_keep_generate_steps_tokens(
     finally:
         smollm2.compiled_step, smollm2.speculation = compiled, "off"
     assert max(lengths) > 1 and lengths.count(1) < len(lengths)
+
+
+def test_the_traces_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``MAX_TRACES`` shapes the traces are dropped (new compiled functions) and the
+    steps go on, still right."""
+    import gateway.engines.compiled_step as compiled_step
+
+    monkeypatch.setattr(compiled_step, "MAX_TRACES", 3)
+    model = _tiny_model()
+    mx.eval(model.parameters())
+    step = CompiledStep(model)
+    eager, compiled = make_prompt_cache(model), make_prompt_cache(model)
+    prompt = mx.array([[1, 2, 3, 4]])
+    mx.eval(model(prompt, cache=eager), model(prompt, cache=compiled))
+    for n in (1, 2, 3, 4, 5, 1):  # six shapes, five of them new
+        tokens = mx.array(list(range(5, 5 + n)))
+        want = model(tokens[None], cache=eager)[0]
+        assert mx.allclose(step(tokens, compiled), want, atol=1e-4).item(), n
+        assert len(step.traces) <= 3
+    assert step.renewals == 1  # the fourth new shape renewed them; 5 and 1 fit after it
