@@ -14,10 +14,15 @@ from testsupport.process import RunningGateway, start_gateway
 
 pytestmark = pytest.mark.e2e
 
-POEM = "Write a long poem about the sea, the wind and a lighthouse, verse after verse."
+# ~220 tokens of system prompt and 90 of reply: the KV buffer (256 after the prompt) grows
+# while the compiled step writes it.
+KEEPER = " ".join(f"Rule {n}: the keeper lights the lamp at dusk." for n in range(18))
+POEM = "Write a poem about the sea, the wind and a lighthouse."
 REQUESTS: list[dict[str, Any]] = [
-    # Long enough for the KV buffer to grow while the compiled step writes it.
-    {"messages": [{"role": "user", "content": POEM}], "max_tokens": 300},
+    {
+        "messages": [{"role": "system", "content": KEEPER}, {"role": "user", "content": POEM}],
+        "max_tokens": 90,
+    },
     {
         "messages": [{"role": "user", "content": "Describe a cat as JSON."}],
         "max_tokens": 60,
