@@ -11,6 +11,7 @@ EOS is allowed only where the grammar accepts: a grammar-complete output ends wi
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -33,12 +34,22 @@ def make_llg_tokenizer(tokenizer_json: Path, vocab_size: int, eos_token_ids: lis
 def _apply_bits(logits: mx.array, bitmask: np.ndarray, vocab: int) -> mx.array:
     """The packed bitmask (one bit per token) unpacked by MLX: 6 KB cross to the device per
     token for a 49k vocabulary, instead of a boolean array unpacked in numpy."""
-    words = mx.array(bitmask.view(np.uint32))
-    bits = (words[:, None] >> mx.arange(32, dtype=mx.uint32)) & 1
-    allowed = bits.reshape(-1)[:vocab].astype(mx.bool_)  # type: ignore[union-attr]
-    if logits.shape[-1] > vocab:  # padded logits: the padding is never allowed
-        allowed = mx.concatenate([allowed, mx.zeros(logits.shape[-1] - vocab, mx.bool_)])
-    return mx.where(allowed, logits, -mx.inf)
+    return _bits_applier(vocab)(logits, mx.array(bitmask.view(np.uint32)))
+
+
+@functools.lru_cache(maxsize=8)
+def _bits_applier(vocab: int) -> Callable[[mx.array, mx.array], mx.array]:
+    """Unpacking and masking compiled into one graph (``mx.compile``): a few fused kernels
+    per token instead of one per operation, on the path between a pass and its sample."""
+
+    def apply(logits: mx.array, words: mx.array) -> mx.array:
+        bits = (words[:, None] >> mx.arange(32, dtype=mx.uint32)) & 1
+        allowed = bits.reshape(-1)[:vocab].astype(mx.bool_)
+        if logits.shape[-1] > vocab:  # padded logits: the padding is never allowed
+            allowed = mx.concatenate([allowed, mx.zeros(logits.shape[-1] - vocab, mx.bool_)])
+        return mx.where(allowed, logits, -mx.inf)
+
+    return mx.compile(apply)
 
 
 class GrammarConstraint:

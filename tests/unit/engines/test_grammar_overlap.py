@@ -111,3 +111,14 @@ def test_the_overlapped_mask_gives_the_one_at_a_time_output(
     for index in masks:
         kind, shapes = events[index - 1]
         assert kind == "queued" and shapes == [vocabulary_row], events[index - 2 : index + 1]
+
+
+def test_the_compiled_unpacking_allows_exactly_the_set_bits_and_never_the_padding() -> None:
+    from gateway.engines.constrained import _apply_bits
+
+    words = np.zeros(3, dtype=np.uint32)  # 96 bits for a vocabulary of 70
+    words[0], words[2] = 0b1011, (1 << 5) | (1 << 20)  # tokens 0, 1, 3, 69 and 84 (past it)
+    logits = mx.arange(80, dtype=mx.float32)[None]  # 10 padded logits past the vocabulary
+    for _ in range(2):  # traced, then replayed
+        allowed = np.isfinite(np.array(_apply_bits(logits, words, 70))).nonzero()[1]
+        assert allowed.tolist() == [0, 1, 3, 69]
