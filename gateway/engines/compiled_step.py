@@ -93,11 +93,14 @@ class BufferView:
 
 
 class CompiledStep:
-    """One model's decode step, compiled: ``step(token, cache)`` gives the logits of the
-    token after ``token`` and leaves the token in ``cache``, as ``model(token, cache)`` does."""
+    """One model's decode passes, compiled: ``step(tokens, cache)`` gives the logits after
+    each of ``tokens`` (a step's one, or a draft's pending token and guesses) and leaves them
+    in ``cache``, as ``model(tokens, cache)`` does; ``step.batched(tokens, cache)`` the same
+    for a batch's ``BatchKVCache``, one token per row."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
+        self.renewals = 0  # how often the traces were dropped (``MAX_TRACES``)
         self._renew()
 
     def _renew(self) -> None:
@@ -105,7 +108,6 @@ class CompiledStep:
         self._compiled: Callable[..., Sequence[mx.array]] = mx.compile(self._traced)
         self._compiled_batch: Callable[..., Sequence[mx.array]] = mx.compile(self._traced_batch)
         self.traces: set[tuple[int, ...]] = set()
-        self.renewals = getattr(self, "renewals", -1) + 1
 
     def _shape(self, rows: int, tokens: int, size: int) -> None:
         """Note the shape of the next pass (its traces are bounded: ``MAX_TRACES``)."""
@@ -113,6 +115,7 @@ class CompiledStep:
         if shape not in self.traces:
             if len(self.traces) >= MAX_TRACES:
                 self._renew()
+                self.renewals += 1
             self.traces.add(shape)
 
     def _traced(self, tokens: mx.array, position: mx.array, *buffers: mx.array) -> list[mx.array]:
