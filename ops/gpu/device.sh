@@ -11,6 +11,7 @@
 #   real:   as decode, and the carried GGUFs joined and checked, then `run.py real` (issue 31)
 #   final:  as decode, then `run.py final` (issues 33 and 34 after session 10's changes)
 #   compiled: as decode, then `run.py compiled` (the compiled decode step vs the eager one)
+#   ttft:   `run.py ttft` (the 8B's TTFT at 2K, 8K, then 32K), same machine, still warm
 # Results: $OUT/results.json and $OUT/log.txt (the device tool brings back few files).
 set -uo pipefail
 shopt -s nullglob
@@ -39,7 +40,7 @@ decode | priority | speculative | concurrency | batch-profile | real | final | c
     done < "$WORK/src/after/GGUFS.sha256"
     (cd "$WORK/real" && sha256sum -c "$WORK/src/after/GGUFS.sha256") || exit 1
   fi ;;
-more | long) ;;
+more | long | ttft) ;;
 *) echo "unknown step $1"; exit 2 ;;
 esac
 export PYTHONPATH="$WORK/src/after:$SITE" PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error
