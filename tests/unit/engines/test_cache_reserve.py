@@ -95,9 +95,7 @@ def test_a_long_prompt_is_sized_once_and_keeps_the_tokens(
     assert state.cache[0].keys.shape[2] == expected_size(runner, len(prompt) + 1)
 
 
-def test_a_new_turn_on_a_full_cache_resizes_it_once(
-    runner: MLXRunner, growths: list[int]
-) -> None:
+def test_a_new_turn_on_a_full_cache_resizes_it_once(runner: MLXRunner, growths: list[int]) -> None:
     """A kept conversation's buffers are full (the prefix store trims their tail): the next
     turn's text and its decode fit after one resize, not a growth per chunk and another at
     the first compiled step."""
