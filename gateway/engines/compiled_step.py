@@ -287,6 +287,23 @@ def make_room(cache: Sequence[Any], tokens: int) -> None:
             layer.values = _resized(layer.values, held, capacity_for(tokens))
 
 
+def reserve(cache: Sequence[Any], tokens: int, *, buckets: bool) -> None:
+    """Buffers that hold ``tokens`` before a prefill writes them. mlx-lm grows a layer's
+    buffer by the chunk being written, copying all it holds each time: a long prompt's
+    chunks copy O(n²) in all, and on a long conversation a new turn's few tokens copy the
+    whole cache. One resize here copies what is held once. ``buckets``: a size of
+    ``capacity_for`` (a compiled step's, which it would resize to anyway), else mlx-lm's
+    own steps of 256. Other kinds of cache, and empty ones (nothing to copy), are left as
+    they are."""
+    if not CompiledStep.takes(cache):
+        return
+    size = capacity_for(tokens) if buckets else -(-tokens // MIN_GROWTH_TOKENS) * MIN_GROWTH_TOKENS
+    for layer in cache:
+        if layer.keys.shape[2] < tokens:
+            layer.keys = _resized(layer.keys, layer.offset, size)
+            layer.values = _resized(layer.values, layer.offset, size)
+
+
 def _resized(buffer: mx.array, held: int, size: int) -> mx.array:
     tail = mx.zeros((*buffer.shape[:2], size - held, buffer.shape[3]), buffer.dtype)
     return mx.concatenate([buffer[..., :held, :], tail], axis=2)

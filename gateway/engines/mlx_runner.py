@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.engines.batch_decode import BatchDecoder, batch_capacity
-from gateway.engines.compiled_step import CompiledStep, batch_problem
+from gateway.engines.compiled_step import CompiledStep, batch_problem, reserve
 from gateway.engines.constrained import GrammarConstraint, make_llg_tokenizer
 from gateway.engines.device import ComputePath
 from gateway.engines.draft_model import DraftCaches, DraftModel
@@ -160,7 +160,10 @@ class MLXGeneration:
         # Tokens generated elsewhere: their text was sent already.
         text.replay(prompt[len(prompt) - self.resumed :])
         try:
-            yield from self._prefill(uncached[:head])
+            # The buffers sized once for the whole prompt and the first token (when the
+            # cache holds some: an empty one is sized by its first chunk, and after it).
+            runner.reserve(cache, len(prompt) + 1)
+            yield from self._prefill(uncached[:head], then=len(uncached) - head + 1)
             yield from self._decode(steps, text, max_tokens)
         finally:
             steps.close()
@@ -174,9 +177,9 @@ class MLXGeneration:
                 offset -= runner.trim_cache(cache, offset - len(held))
             self.state = PromptState(cache, tuple(held[:offset]))
 
-    def _prefill(self, head: list[int]) -> Iterator[JobStep]:
+    def _prefill(self, head: list[int], then: int) -> Iterator[JobStep]:
         assert self._cache is not None
-        for done in self._runner.prefill(head, self._cache):
+        for done in self._runner.prefill(head, self._cache, then=then):
             if isinstance(done, PassPoint):
                 yield done
                 continue
@@ -472,6 +475,11 @@ class MLXRunner:
 
         return make_prompt_cache(self.model)
 
+    def reserve(self, cache: KVCache, tokens: int) -> None:
+        """Size ``cache``'s buffers for ``tokens`` before they are written (``reserve``):
+        one copy instead of mlx-lm's copy per chunk."""
+        reserve(cache, tokens, buckets=self.compiled_step is not None)
+
     def cache_length(self, cache: KVCache) -> int:
         return int(cache[0].offset) if cache else 0
 
@@ -482,11 +490,16 @@ class MLXRunner:
         trimmed: Any = trim_prompt_cache(cache, tokens)  # typed as a list; it is a count
         return int(trimmed)
 
-    def prefill(self, tokens: Sequence[int], cache: KVCache) -> Iterator[int | PassPoint]:
+    def prefill(
+        self, tokens: Sequence[int], cache: KVCache, *, then: int = 1
+    ) -> Iterator[int | PassPoint]:
+        """``then``: the tokens written right after these (a prompt's tail, the first
+        sampled token), for which the buffers are sized too."""
         import mlx.core as mx
 
         timing, done = self.timing, 0
         while done < len(tokens):
+            self.reserve(cache, self.cache_length(cache) + len(tokens) - done + then)
             chunk = list(tokens[done : done + timing.chunk_tokens()])
             started = time.perf_counter()
             self.model(mx.array(chunk)[None], cache=cache)
