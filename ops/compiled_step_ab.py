@@ -18,11 +18,13 @@ import argparse
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from ops.ab_runs import alternating, model_folder, report
 from ops.batch_queue_ahead import QUESTIONS
 
 
@@ -49,14 +51,25 @@ def decoded(runner: Any, prompts: list[list[int]], params: Any) -> list[list[int
     return tokens
 
 
+def decoded_with(
+    runner: Any, compiled: dict[str, Any], prompts: list[list[int]], params: Any, way: str
+) -> tuple[float, list[list[int]]]:
+    """Tokens/s of ``decoded`` with the steps compiled or eager (``way``), and the tokens."""
+    on = way == "compiled"
+    runner.compiled_step = compiled["single"] if on else None
+    runner.batch.compiled = compiled["batch"] if on else None
+    started = time.perf_counter()
+    tokens = decoded(runner, prompts, params)
+    return sum(map(len, tokens)) / (time.perf_counter() - started), tokens
+
+
 def main(argv: list[str]) -> int:
     from gateway.engines.device import choose_compute_path
 
     compute = choose_compute_path()  # before MLX is imported (its BLAS)
-    from bench.stats import Summary, ratio, table, write_json
-    from gateway.config import default_cache_dir
+    from bench.stats import Summary, ratio
     from gateway.engines.mlx_runner import MLXRunner
-    from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
+    from gateway.modelstore.store import DEFAULT_MODEL_ID
     from gateway.seam.backend import SamplingParams
 
     parser = argparse.ArgumentParser()
@@ -66,11 +79,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--model-folder", help="an mlx-lm folder (default: the embedded model)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
-    folder = (
-        Path(args.model_folder)
-        if args.model_folder
-        else ModelStore(default_cache_dir()).path_for(DEFAULT_MODEL_ID)
-    )
+    folder = model_folder(args.model_folder)
     runner = MLXRunner(DEFAULT_MODEL_ID, folder, compute, max_batch=max(args.sequences))
     runner.speculation = "off"
     compiled = {"single": runner.compiled_step, "batch": runner.batch.compiled}
@@ -83,45 +92,23 @@ def main(argv: list[str]) -> int:
             runner.render_chat([{"role": "user", "content": f"{QUESTIONS[i % 4]} ({i})"}])
             for i in range(n)
         ]
-        rates: dict[str, list[float]] = {"compiled": [], "eager": []}
-        texts: dict[str, list[list[int]]] = {}
-        for index in range(args.runs + 1):
-            for way in ("compiled", "eager") if index % 2 == 0 else ("eager", "compiled"):
-                on = way == "compiled"
-                runner.compiled_step = compiled["single"] if on else None
-                runner.batch.compiled = compiled["batch"] if on else None
-                started = time.perf_counter()
-                tokens = decoded(runner, prompts, params)
-                seconds = time.perf_counter() - started
-                texts[way] = tokens
-                if index:  # the first of each: the warm-up
-                    rates[way].append(sum(map(len, tokens)) / seconds)
+        once = partial(decoded_with, runner, compiled, prompts, params)
+        rates, texts = alternating(("compiled", "eager"), args.runs, once)
         fast, slow = Summary.of(rates["compiled"]), Summary.of(rates["eager"])
         rows += [(f"tok/s, {n} sequences", "compiled", fast)]
         rows += [(f"tok/s, {n} sequences", "eager", slow)]
+        first = texts["compiled"][0]
         result[str(n)] = {
             "compiled": fast.as_dict(),
             "eager": slow.as_dict(),
             "compiled_over_eager": ratio(fast, slow),
-            "same_tokens": texts["compiled"] == texts["eager"],
+            "same_tokens": all(t == first for way in texts for t in texts[way]),
         }
         print(f"{n} sequences: compiled / eager {ratio(fast, slow):.3f}, same tokens: "
               f"{result[str(n)]['same_tokens']}")  # fmt: skip
-    load_after = os.getloadavg()
-    print(table(rows))
-    print(f"load average at the start {load}, at the end {load_after}")
-    write_json(
-        args.json,
-        {
-            "benchmark": "compiled_step_ab",
-            "model_folder": str(folder),
-            "compute": compute.as_dict(),
-            "runs": args.runs,
-            "max_tokens": args.max_tokens,
-            "load_average": {"start": load, "end": load_after},
-            "sequences": result,
-        },
-    )
+    report(args.json, rows, load, benchmark="compiled_step_ab", model_folder=str(folder),
+           compute=compute.as_dict(), runs=args.runs, max_tokens=args.max_tokens,
+           sequences=result)  # fmt: skip
     return 0
 
 

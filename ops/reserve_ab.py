@@ -15,7 +15,7 @@ The sizing is taken away by replacing ``reserve`` with a no-op for the ``unsized
 alternating which goes first; one discarded warm-up of each, then ``--runs``. Printed and
 written as JSON (min/median/max, ratios of medians, the same first tokens both ways, load).
 
-    .venv/bin/python ops/reserve_ab.py --contexts 4096 16384 --json out.json
+    .venv/bin/python ops/reserve_ab.py --contexts 4096 7936 --json out.json
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ import copy
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ops.ab_runs import alternating, model_folder, report
 
 NEW_TURN = " ".join(f"Item {n}: check the lighthouse's lamp and log it." for n in range(10))
 
@@ -42,12 +45,13 @@ def conversation(runner: Any, tokens: int) -> list[int]:
 
 
 def first_token(runner: Any, prompt: list[int], state: Any) -> tuple[float, int]:
+    """Milliseconds to ``prompt``'s first token, and the token."""
     from gateway.seam.backend import SamplingParams, TokenEvent
 
     started = time.perf_counter()
     for event in runner.generate(prompt, SamplingParams(max_tokens=1, temperature=0.0), state):
         if isinstance(event, TokenEvent):
-            return time.perf_counter() - started, event.token_ids[0]
+            return (time.perf_counter() - started) * 1e3, event.token_ids[0]
     raise RuntimeError("no token")
 
 
@@ -64,57 +68,57 @@ def kept(runner: Any, prompt: list[int]) -> Any:
     return PromptState(cache, tuple(prompt))
 
 
+def first_token_when(runner: Any, prompt: list[int], kept_state: Any, way: str) -> Any:
+    """``first_token`` of ``prompt`` from an empty cache, or (``kept_state``) of its new turn
+    on a copy of the state as the prefix store hands it out, with the buffers sized once or
+    (``unsized``) left to mlx-lm's growth."""
+    import mlx.core as mx
+
+    import gateway.engines.mlx_runner as mlx_runner
+    from gateway.engines.compiled_step import reserve
+    from gateway.engines.runner import PromptState
+
+    mlx_runner.reserve = reserve if way == "sized" else (lambda *a, **k: None)
+    try:
+        if kept_state is None:
+            return first_token(runner, prompt, None)
+        given = PromptState(copy.deepcopy(kept_state.cache), kept_state.tokens)
+        mx.eval([c.keys for c in given.cache])  # the store's copy: not timed
+        return first_token(runner, [*prompt, *runner.encode(NEW_TURN)], given)
+    finally:
+        mlx_runner.reserve = reserve
+
+
 def main(argv: list[str]) -> int:
     from gateway.engines.device import choose_compute_path
 
     compute = choose_compute_path()  # before MLX is imported (its BLAS)
-    import mlx.core as mx
-
-    import gateway.engines.mlx_runner as mlx_runner
-    from bench.stats import Summary, ratio, table, write_json
-    from gateway.config import default_cache_dir
-    from gateway.engines.runner import PromptState
-    from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
+    from bench.stats import Summary, ratio
+    from gateway.engines.mlx_runner import MLXRunner
+    from gateway.modelstore.store import DEFAULT_MODEL_ID
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--contexts", type=int, nargs="+", default=[4096, 16384])
+    parser.add_argument("--contexts", type=int, nargs="+", default=[4096, 7936])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--rows", nargs="+", default=["new turn", "cold prefill"])
     parser.add_argument("--model-folder", help="an mlx-lm folder (default: the embedded model)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
-    folder = (
-        Path(args.model_folder)
-        if args.model_folder
-        else ModelStore(default_cache_dir()).path_for(DEFAULT_MODEL_ID)
-    )
-    runner = mlx_runner.MLXRunner(DEFAULT_MODEL_ID, folder, compute)
+    folder = model_folder(args.model_folder)
+    runner = MLXRunner(DEFAULT_MODEL_ID, folder, compute)
     runner.speculation = "off"
-    sized = mlx_runner.reserve
     load = os.getloadavg()
     rows: list[tuple[str, str, Summary]] = []
     result: dict[str, Any] = {}
     for context in args.contexts:
         prompt = conversation(runner, context)
-        follow = [*prompt, *runner.encode(NEW_TURN)]
         state = kept(runner, prompt) if "new turn" in args.rows else None
         for row in args.rows:
-            seconds: dict[str, list[float]] = {"sized": [], "unsized": []}
-            tokens: dict[str, set[int]] = {"sized": set(), "unsized": set()}
-            for index in range(args.runs + 1):
-                for way in ("sized", "unsized") if index % 2 == 0 else ("unsized", "sized"):
-                    mlx_runner.reserve = sized if way == "sized" else (lambda *a, **k: None)
-                    if row == "new turn":
-                        assert state is not None
-                        given = PromptState(copy.deepcopy(state.cache), state.tokens)
-                        mx.eval([c.keys for c in given.cache])  # the store's copy: not timed
-                        took, token = first_token(runner, follow, given)
-                    else:
-                        took, token = first_token(runner, prompt, None)
-                    tokens[way].add(token)
-                    if index:  # the first of each: the warm-up
-                        seconds[way].append(took * 1e3)
-            mlx_runner.reserve = sized
+            # A cold prefill from nothing, or the new turn on a copy of the kept state.
+            once = partial(
+                first_token_when, runner, prompt, None if row == "cold prefill" else state
+            )
+            seconds, tokens = alternating(("sized", "unsized"), args.runs, once)
             on, off = Summary.of(seconds["sized"]), Summary.of(seconds["unsized"])
             name = f"{row} at {len(prompt)}, ms"
             rows += [(name, "sized", on), (name, "unsized", off)]
@@ -122,25 +126,12 @@ def main(argv: list[str]) -> int:
                 "sized_ms": on.as_dict(),
                 "unsized_ms": off.as_dict(),
                 "unsized_over_sized": ratio(off, on),
-                "same_first_token": tokens["sized"] == tokens["unsized"]
-                and len(tokens["sized"]) == 1,
+                "same_first_token": len({*tokens["sized"], *tokens["unsized"]}) == 1,
             }
             print(f"{name}: unsized / sized {ratio(off, on):.2f}", flush=True)
-    load_after = os.getloadavg()
-    print(table(rows))
-    print(f"load average at the start {load}, at the end {load_after}")
-    write_json(
-        args.json,
-        {
-            "benchmark": "reserve_ab",
-            "model_folder": str(folder),
-            "compute": compute.as_dict(),
-            "decode_step": runner.decode_step,
-            "runs": args.runs,
-            "load_average": {"start": load, "end": load_after},
-            "rows": result,
-        },
-    )
+    report(args.json, rows, load, benchmark="reserve_ab", model_folder=str(folder),
+           compute=compute.as_dict(), decode_step=runner.decode_step, runs=args.runs,
+           rows=result)  # fmt: skip
     return 0
 
 
