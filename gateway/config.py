@@ -280,6 +280,15 @@ class TierSettings(_Section):
         "or an Ollama Modelfile's temperature); default: the wire format's own (1.0). Agents "
         "that send none (Codex CLI) then decode as this tier's model does best.",
     )
+    repetition_penalty: float | None = Field(
+        None,
+        gt=0.0,
+        le=2.0,
+        description="The repetition penalty of requests that set none (llama.cpp's "
+        "--repeat-penalty, an Ollama Modelfile's repeat_penalty; mlx-lm's processor over the "
+        "completion's last 64 tokens): above 1 a small model loops less (1.1 is common); "
+        "default: off, the model's own distribution.",
+    )
     speculation: Literal["lookup", "off"] = Field(
         "lookup",
         description="mlx: speculative decoding. 'lookup' drafts the next tokens from the "

@@ -18,6 +18,8 @@ from gateway.seam.backend import SamplingParams
 Sampler = Callable[[mx.array], mx.array]
 # OpenAI's penalties look at the whole completion so far; mlx-lm's look at a window.
 PENALTY_CONTEXT_TOKENS = 1024
+# The repetition penalty's window: llama.cpp's and Ollama's repeat_last_n.
+REPETITION_CONTEXT_TOKENS = 64
 
 
 def make_job_sampler(params: SamplingParams, draws_done: int = 0) -> Sampler:
@@ -52,7 +54,7 @@ def make_job_sampler(params: SamplingParams, draws_done: int = 0) -> Sampler:
 def make_job_logits_processors(
     params: SamplingParams, prompt_tokens_fed: int
 ) -> list[Callable[[mx.array, mx.array], mx.array]]:
-    """Presence/frequency penalties and logit bias, built by mlx-lm.
+    """Presence/frequency/repetition penalties and logit bias, built by mlx-lm.
 
     mlx-lm hands its processors every token fed so far, prompt included; OpenAI's penalties
     count only the completion. Cutting off the ``prompt_tokens_fed`` also keeps the output
@@ -60,6 +62,8 @@ def make_job_logits_processors(
     """
     processors = make_logits_processors(
         logit_bias=params.logit_bias or None,
+        repetition_penalty=params.repetition_penalty,
+        repetition_context_size=REPETITION_CONTEXT_TOKENS,
         presence_penalty=params.presence_penalty or None,
         presence_context_size=PENALTY_CONTEXT_TOKENS,
         frequency_penalty=params.frequency_penalty or None,

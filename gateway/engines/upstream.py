@@ -144,6 +144,8 @@ class OpenAIUpstreamBackend:
             body["presence_penalty"] = params.presence_penalty
         if params.frequency_penalty:
             body["frequency_penalty"] = params.frequency_penalty
+        if params.repetition_penalty is not None:  # vLLM's and mlx_lm.server's extension
+            body["repetition_penalty"] = params.repetition_penalty
         if params.logit_bias:
             body["logit_bias"] = {str(k): v for k, v in params.logit_bias.items()}
         return body

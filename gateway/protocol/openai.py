@@ -244,6 +244,13 @@ class ChatCompletionRequest(StrictModel):
     n: int | None = Field(None, ge=1, le=1, description="Only n=1 is supported.")
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = Field(
+        None,
+        gt=0.0,
+        le=2.0,
+        description="(extension, as vLLM and mlx_lm.server) Divides the logit of each token "
+        "among the completion's last 64 (above 1: repeats less); default: the tier's.",
+    )
     logit_bias: LogitBias | None = Field(
         None, description="Token id (as a string) to a bias from -100 to 100."
     )

@@ -113,6 +113,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    # Multiplicative, over the last tokens of the completion (mlx-lm's, llama.cpp's and
+    # Ollama's repeat penalty); None: off.
+    repetition_penalty: float | None = None
     logit_bias: dict[int, float] = field(default_factory=dict)
     top_k: int = 0  # 0: no top-k filtering
     grammar: Grammar | None = None

@@ -307,13 +307,21 @@ class _ReplyBudget:
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
         self.used = 0
+        # Tokens whose text is not out yet: a character's first bytes (an emoji takes
+        # three tokens), or text the parser holds while it may open a call. They count
+        # with the text they become, and not at all if they become a call's wrapper.
+        self.held = 0
 
     def spent(self, pieces: Sequence[ReplyPiece | ReasoningPiece], tokens: int) -> bool:
         """Count one step's tokens; True once the budget is used up."""
         if self.limit is None:
             return False
+        self.held += tokens
         if any(isinstance(p, TextPiece | ReasoningPiece | CallArguments) for p in pieces):
-            self.used += tokens
+            self.used += self.held
+            self.held = 0
+        elif pieces:  # a call's wrapper only
+            self.held = 0
         return self.used >= self.limit
 
 
@@ -504,9 +512,17 @@ class ChatService:
                 f"logit_bias names a token id beyond the vocabulary ({vocab})", param="logit_bias"
             )
         temperature = sampling.temperature
+        repetition = sampling.repetition_penalty
+        if repetition is None:
+            repetition = tier.repetition_penalty
         if sampling.top_p == 0.0:  # nothing survives nucleus filtering but the top token
             temperature = 0.0
-        return replace(sampling, max_tokens=max_tokens, temperature=temperature)
+        return replace(
+            sampling,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            repetition_penalty=repetition,
+        )
 
     # -- running -------------------------------------------------------------------------------
 

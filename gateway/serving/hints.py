@@ -162,6 +162,8 @@ class HintService:
                 temperature=request.temperature or 0.0,
                 top_p=1.0 if request.top_p is None else request.top_p,
                 seed=request.seed,
+                # What the request will be given where it sets none, as its draws are.
+                repetition_penalty=tier.repetition_penalty,
             )
             if hint.sampling.temperature == 0 or request.seed is not None:  # reproducible
                 hint.answer_to = (*messages, {"role": "user", "content": request.draft})

@@ -304,6 +304,7 @@ def chat_ticket(
         request.logprobs,
         request.presence_penalty,
         request.frequency_penalty,
+        request.repetition_penalty,
         request.logit_bias,
         request.reasoning_effort,
         request.thinking_token_budget is not None,
@@ -379,6 +380,7 @@ def openai_sampling(
         stop=tuple(request.stop_list()),
         presence_penalty=request.presence_penalty or 0.0,
         frequency_penalty=request.frequency_penalty or 0.0,
+        repetition_penalty=request.repetition_penalty,
         logit_bias={int(k): v for k, v in (request.logit_bias or {}).items()},
     )
 

@@ -101,6 +101,7 @@ def serves(params: SamplingParams, speculation: SamplingParams) -> bool:
         and not params.logit_bias
         and not params.presence_penalty
         and not params.frequency_penalty
+        and params.repetition_penalty == speculation.repetition_penalty
         and not params.stop
     )
 

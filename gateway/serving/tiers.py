@@ -21,6 +21,8 @@ class Tier:
     base_model: bool = False
     # The temperature of requests that set none (None: the wire format's default).
     temperature: float | None = None
+    # The repetition penalty of requests that set none (None: off).
+    repetition_penalty: float | None = None
 
     def temperature_for(self, requested: float | None, wire_default: float) -> float:
         """A request's temperature: its own, else this tier's, else its wire format's."""

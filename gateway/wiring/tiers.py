@@ -130,7 +130,15 @@ class TierBackends:
 def make_tier(name: str, backend: Backend, settings: TierSettings) -> Tier:
     known = KNOWN_MODELS.get(settings.model)
     description, base_model = (known.description, known.base_model) if known else ("", False)
-    return Tier(name, backend, int(time.time()), description, base_model, settings.temperature)
+    return Tier(
+        name,
+        backend,
+        int(time.time()),
+        description,
+        base_model,
+        settings.temperature,
+        settings.repetition_penalty,
+    )
 
 
 async def preload(settings: Settings, local_models: LocalModels) -> None:

@@ -7,7 +7,9 @@ long prefill, and a forced call whose max_tokens is its arguments' own length.
 The agents' gateway is what a user running them would configure: hosted tools they offer by
 default are left out (``responses.unsupported_tools = "drop"``), and the tier samples greedily
 where a request sets no temperature (Codex sends none): a 135M model then makes the same
-call every run. The npm clients are installed by ``make test`` (``ops/ensure-agent-clients.sh``).
+call every run. Its repetition penalty (1.1, Ollama's default) keeps that model out of the
+loops it otherwise falls into: Codex's prompt names its working folder, and with pytest's
+(longer) one SmolLM2 answered "say hi" with one emoji until the context ran out. The npm clients are installed by ``make test`` (``ops/ensure-agent-clients.sh``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ NODE_SDK = CLIENTS / "node_modules" / "@anthropic-ai" / "sdk"
 # Codex's own base instructions (17K characters) do not fit SmolLM2's 8K context with its
 # tools; its documented model_instructions_file replaces them. Every tool stays offered.
 CODEX_INSTRUCTIONS = "You are a coding agent. Use exec_command to run shell commands. Be brief.\n"
+REPEAT = 1.1
 CALL_PROMPT = "Respond with a <tool_call> of exec_command to run echo hi."
 
 
@@ -48,7 +51,7 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]
     folder = tmp_path_factory.mktemp("agents")
     config = {
         "responses": {"unsupported_tools": "drop", "path": str(folder / "chains.sqlite3")},
-        "tiers": {"default": {"model": MODEL, "temperature": 0.0}},
+        "tiers": {"default": {"model": MODEL, "temperature": 0.0, "repetition_penalty": REPEAT}},
     }
     running = start_gateway(folder, config)
     yield running
@@ -62,6 +65,25 @@ def ok_requests(gateway: RunningGateway) -> float:
         for line in metrics.splitlines()
         if line.startswith("gateway_tier_requests_total{") and 'outcome="ok"' in line
     )
+
+
+def test_the_tier_s_repetition_penalty_applies_where_a_request_sets_none(
+    agents: RunningGateway,
+) -> None:
+    client = agents.openai()
+    # A reply that repeats itself, where 1.1 changes a greedy choice (on a loop of one
+    # emoji it does not within 48 tokens; on Codex's "say hi" it does).
+    twice = [{"role": "user", "content": "List the days of the week, twice."}]
+
+    def reply(**penalty: float) -> str | None:
+        completion = client.chat.completions.create(
+            model=MODEL, messages=twice, max_tokens=48, extra_body=penalty
+        )
+        return completion.choices[0].message.content
+
+    tiers = reply()
+    assert tiers == reply(repetition_penalty=REPEAT)
+    assert tiers != reply(repetition_penalty=1.0)  # a request's own wins: off
 
 
 # -- Codex CLI ---------------------------------------------------------------------------------
@@ -110,7 +132,8 @@ def test_codex_cli_completes_a_turn_with_its_default_tools(
     out, err = process.communicate(timeout=600)
     events = [json.loads(line) for line in out.splitlines() if line.strip()]
     kinds = [event["type"] for event in events]
-    assert process.returncode == 0, (kinds, err[-2000:])
+    errors = [event for event in events if event["type"] in ("error", "turn.failed")]
+    assert process.returncode == 0, (kinds, errors, err[-2000:])
     assert "turn.completed" in kinds and "turn.failed" not in kinds
     messages = [e["item"] for e in events if e.get("item", {}).get("type") == "agent_message"]
     assert messages and messages[-1]["text"].strip()

@@ -150,6 +150,29 @@ def test_penalties_and_logit_bias_change_the_output(gateway: RunningGateway) -> 
     assert penalised.choices[0].finish_reason in ("stop", "length")
 
 
+def test_repetition_penalty_ends_a_loop_and_is_checked(gateway: RunningGateway) -> None:
+    """vLLM's and mlx_lm.server's ``repetition_penalty`` (the openai SDK sends it in
+    extra_body): SmolLM2 asked to repeat an emoji loops on it until max_tokens; penalized,
+    it writes something else (the tokens themselves: tests/unit/engines/test_repetition_penalty.py)."""
+    client = gateway.openai()
+    loop = [{"role": "user", "content": "Repeat after me: " + "\U0001f680" * 20}]
+    plain = client.chat.completions.create(model=MODEL, messages=loop, temperature=0, max_tokens=48)
+    penalized = client.chat.completions.create(
+        model=MODEL,
+        messages=loop,
+        temperature=0,
+        max_tokens=48,
+        extra_body={"repetition_penalty": 1.3},
+    )
+    assert plain.choices[0].message.content == "\U0001f680" * 16
+    assert penalized.choices[0].message.content != plain.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(
+            model=MODEL, prompt="a", max_tokens=1, extra_body={"repetition_penalty": 0}
+        )
+    assert refused.value.body["param"] == "repetition_penalty"  # type: ignore[index]
+
+
 def test_models_endpoint_lists_ids_and_aliases(gateway: RunningGateway) -> None:
     client = gateway.openai()
     ids = [m.id for m in client.models.list()]

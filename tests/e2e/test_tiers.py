@@ -110,6 +110,20 @@ def test_every_tier_answers_json_and_stream(gw: RunningGateway, tier: str) -> No
     assert usage is not None and usage.completion_tokens == reply.usage.completion_tokens
 
 
+def test_an_upstream_gets_the_repetition_penalty(gw: RunningGateway) -> None:
+    """Passed on as vLLM and mlx_lm.server name it: the upstream's reply to a loop changes."""
+    client = gw.openai()
+    loop = [{"role": "user", "content": "Repeat after me: " + "\U0001f680" * 20}]
+
+    def reply(**penalty: float) -> str | None:
+        completion = client.chat.completions.create(
+            model="big", messages=loop, max_tokens=32, temperature=0, extra_body=penalty
+        )
+        return completion.choices[0].message.content
+
+    assert reply() != reply(repetition_penalty=1.3)
+
+
 def test_upstream_relays_cached_tokens(gw: RunningGateway) -> None:
     client = gw.openai()
     messages = [

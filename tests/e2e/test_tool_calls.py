@@ -120,6 +120,23 @@ def test_auto_lets_the_model_answer_in_text(gateway: RunningGateway) -> None:
         assert choice.finish_reason in ("stop", "length")
 
 
+def test_text_beside_tools_keeps_max_tokens_in_tokens_not_characters(
+    gateway: RunningGateway,
+) -> None:
+    """An emoji is three of SmolLM2's tokens, two of them without text of their own: each
+    counts against max_tokens (it once counted as one, and 30 let 90 through)."""
+    completion = gateway.openai().chat.completions.create(
+        model="smollm2-135m-instruct",
+        messages=[{"role": "user", "content": "Repeat after me: " + "\U0001f680" * 20}],
+        tools=[WEATHER],
+        max_tokens=30,
+        temperature=0,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "length" and "\U0001f680" in (choice.message.content or "")
+    assert completion.usage is not None and completion.usage.completion_tokens <= 30
+
+
 def test_a_round_trip_call_result_answer(gateway: RunningGateway) -> None:
     client = gateway.openai()
     question = {"role": "user", "content": "What's the weather in Paris?"}

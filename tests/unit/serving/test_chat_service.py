@@ -142,6 +142,19 @@ async def test_a_call_cut_inside_its_arguments_still_ends_by_length() -> None:
     assert completion.choices[0].finish_reason == "length"
 
 
+# An emoji as SmolLM2 writes it: three tokens, the first two without text of their own.
+ROCKET = ("", "", "\U0001f680")
+
+
+async def test_tokens_of_one_character_count_against_max_tokens_beside_tools() -> None:
+    # Counted by the text they wrote, 3 rockets would pass as 3 tokens.
+    chat, _, _ = make(FakeBackend(answer=ROCKET * 4, structured_output=True))
+    prepared = await chat.prepare(request(tools=[WEATHER_TOOL], max_tokens=6))
+    completion = await chat.complete(await chat.start(prepared))
+    assert completion.choices[0].message.content == "\U0001f680" * 2
+    assert completion.choices[0].finish_reason == "length"
+
+
 async def test_text_beside_offered_tools_keeps_the_client_s_max_tokens() -> None:
     chat, _, metrics = make(FakeBackend(answer=("a", "b", "c", "d"), structured_output=True))
     prepared = await chat.prepare(request(tools=[WEATHER_TOOL], max_tokens=2))

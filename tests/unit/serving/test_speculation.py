@@ -33,6 +33,10 @@ def test_only_plain_requests_with_its_sampling_are_served_whatever_their_max_tok
     assert not serves(SamplingParams(temperature=0, logprobs=2), GREEDY)
     assert not serves(SamplingParams(temperature=0, grammar=Grammar("lark", "start: /a/")), GREEDY)
     assert not serves(SamplingParams(temperature=0, presence_penalty=0.5), GREEDY)
+    # A repetition penalty (a tier's, on both) is part of the draws: the same one or none.
+    penalized = SamplingParams(temperature=0, repetition_penalty=1.1)
+    assert serves(penalized, penalized) and not serves(penalized, GREEDY)
+    assert not serves(SamplingParams(temperature=0), penalized)
     # Seeded: the same temperature, top_p, top_k and seed draw the same tokens.
     assert serves(SamplingParams(temperature=0.7, top_p=0.9, seed=5), SEEDED)
     assert not serves(SamplingParams(temperature=0.7, top_p=0.9, seed=6), SEEDED)
