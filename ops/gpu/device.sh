@@ -11,6 +11,7 @@
 #   real:   as decode, and the carried GGUFs joined and checked, then `run.py real` (issue 31)
 #   final:  as decode, then `run.py final` (issues 33 and 34 after session 10's changes)
 #   compiled: as decode, then `run.py compiled` (the compiled decode step vs the eager one)
+#   essential: as decode, then `run.py essential` (compiled's first rows, short)
 #   ttft:   `run.py ttft` (the 8B's TTFT at 2K, 8K, then 32K), same machine, still warm
 # Results: $OUT/results.json and $OUT/log.txt (the device tool brings back few files).
 set -uo pipefail
@@ -22,7 +23,7 @@ case "${1:?stash, decode, priority, speculative, concurrency, more or long}" in
 stash)
   cp .gpu/part-*/* .gpu/gguf-*/* "$STASH"/ && du -sh "$STASH" && ls "$STASH" | wc -l
   exit ;;
-decode | priority | speculative | concurrency | batch-profile | real | final | compiled)
+decode | priority | speculative | concurrency | batch-profile | real | final | compiled | essential)
   cp .gpu/part-*/* .gpu/gguf-*/* "$STASH"/ || exit 1
   rm -rf "$WORK/src" && mkdir -p "$WORK/src" && cp -r .gpu/before .gpu/after "$WORK/src/" || exit 1
   cat "$STASH"/part-* > "$WORK/payload.tar"

@@ -13,7 +13,7 @@
 # names them (GGUFS="a.gguf b.gguf"): each split into parts of PART_MB, one call each
 # (`.gpu/gguf-NNN/<name>.part-NN`), joined and sha256-checked on the device (`device.sh real`).
 #
-# Usage: ops/gpu/prepare.sh BEFORE_COMMIT [AFTER_COMMIT]   (AFTER defaults to HEAD)
+# Usage: [LEAN=1] ops/gpu/prepare.sh BEFORE_COMMIT [AFTER_COMMIT]   (AFTER defaults to HEAD)
 set -euo pipefail
 shopt -s nullglob
 cd "$(git rev-parse --show-toplevel)"
@@ -46,6 +46,9 @@ rm -rf .gpu/payload .gpu/part-* .gpu/gguf-* .gpu/before .gpu/after
 mkdir -p .gpu/payload/smollm2 .gpu/before .gpu/after
 cp .gpu/wheels/*.whl .gpu/payload/
 cp "$SMOLLM2"/* .gpu/payload/smollm2/
+# LEAN=1: SmolLM2's tokenizer and template without its weights (two parts instead of four,
+# where little device time is left): the synthetic models build on them; SmolLM2's own rows fail.
+[ -z "${LEAN:-}" ] || rm .gpu/payload/smollm2/model.safetensors
 tar -C .gpu/payload -cf .gpu/payload.tar .
 sha256sum .gpu/payload.tar | cut -d' ' -f1 > .gpu/payload.sha256
 split -b "${PART_MB}M" -d .gpu/payload.tar .gpu/part-

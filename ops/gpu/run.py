@@ -11,7 +11,7 @@ and the Llama-1B shape, and ``gateway bench stages`` on the latter. ``speculativ
 speculative`` (issue 34). ``concurrency``: ``gateway bench concurrency`` (issue 33: 1 to 8 concurrent
 clients vs ``mlx_lm.server``), then ``bench priority`` beside batched background work. ``real``:
 issues 31 and 34 on the real Qwen2.5-Coder GGUFs (``models.py``). ``compiled``: the compiled
-decode step against the eager one (issue 32). Each until
+decode step against the eager one (issue 32); ``essential``: its first rows, short. Each until
 the time budget is spent (``PLAN``).
 
 Every benchmark runs as its own process with a timeout; one failing does not stop the others.
@@ -136,6 +136,15 @@ PLAN: dict[str, list[tuple[str, str, list[str]]]] = {
                                      "--variant", EAGER]),
         ("concurrency", "llama-1b-bf16", ["--runs", "5", "--clients", "1", "4", "8",
                                           "--max-tokens", "128"]),
+    ],
+    # The rows the issues ask for first, where little device time is left (a lean payload:
+    # no SmolLM2 weights): decode plain and under a JSON schema, compiled vs eager, beside
+    # generate_step, then the in-process A/B for 1 and 8 sequences.
+    "essential": [
+        ("ceiling", "llama-1b-bf16", ["--runs", "5", "--max-tokens", "256", "--rows", "plain",
+                                      "json schema", "--variant", EAGER]),
+        ("compiled_step_ab.py", "llama-1b-bf16", ["--sequences", "1", "8", "--runs", "5",
+                                                  "--max-tokens", "128"]),
     ],
     # Issue 32's table on the 8B shape (bf16), a call of its own (the build alone takes
     # minutes): gateway vs mlx_lm.server at 2K and 8K, then 32K apart (a failure there must
