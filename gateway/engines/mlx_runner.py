@@ -621,7 +621,7 @@ class MLXRunner:
             cache,
             self.timing,
             sampler,
-            partial(make_job_logits_processors, params),
+            partial(make_job_logits_processors, params, carried=prompt[len(prompt) - resumed :]),
             last,
             list(prompt),
             self._drafting(prompt, params),

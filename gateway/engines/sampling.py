@@ -8,7 +8,7 @@ job's sampler here carries its own key, split once per token.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_top_k, apply_top_p, greedy_sampler, make_logits_processors
@@ -52,13 +52,15 @@ def make_job_sampler(params: SamplingParams, draws_done: int = 0) -> Sampler:
 
 
 def make_job_logits_processors(
-    params: SamplingParams, prompt_tokens_fed: int
+    params: SamplingParams, prompt_tokens_fed: int, carried: Sequence[int] = ()
 ) -> list[Callable[[mx.array, mx.array], mx.array]]:
     """Presence/frequency/repetition penalties and logit bias, built by mlx-lm.
 
     mlx-lm hands its processors every token fed so far, prompt included; OpenAI's penalties
     count only the completion. Cutting off the ``prompt_tokens_fed`` also keeps the output
-    independent of how much of the prompt came from a cache.
+    independent of how much of the prompt came from a cache. ``carried``: the completion's
+    tokens generated elsewhere (a served speculation, a failed-over peer), at the prompt's
+    end: the penalties see them first, as an uninterrupted generation's would.
     """
     processors = make_logits_processors(
         logit_bias=params.logit_bias or None,
@@ -73,6 +75,11 @@ def make_job_logits_processors(
     def completion_only(
         processor: Callable[[mx.array, mx.array], mx.array],
     ) -> Callable[[mx.array, mx.array], mx.array]:
-        return lambda tokens, logits: processor(tokens[prompt_tokens_fed:], logits)
+        if not carried:
+            return lambda tokens, logits: processor(tokens[prompt_tokens_fed:], logits)
+        before = mx.array(list(carried))
+        return lambda tokens, logits: processor(
+            mx.concatenate([before, tokens[prompt_tokens_fed:]]), logits
+        )
 
     return [completion_only(p) for p in processors]

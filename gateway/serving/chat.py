@@ -307,15 +307,21 @@ class _ReplyBudget:
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
         self.used = 0
-        # Tokens whose text is not out yet: a character's first bytes (an emoji takes
-        # three tokens), or text the parser holds while it may open a call. They count
-        # with the text they become, and not at all if they become a call's wrapper.
+        # Tokens of text the parser holds while it may open a call: they count with the
+        # text they become, and not at all if they become a call's wrapper.
         self.held = 0
 
-    def spent(self, pieces: Sequence[ReplyPiece | ReasoningPiece], tokens: int) -> bool:
-        """Count one step's tokens; True once the budget is used up."""
+    def spent(
+        self, pieces: Sequence[ReplyPiece | ReasoningPiece], tokens: int, wrote: bool
+    ) -> bool:
+        """Count one step's tokens (``wrote``: they made text, else they are a character's
+        first bytes, as an emoji's first two of three tokens: never a wrapper's, which is
+        ASCII); True once the budget is used up."""
         if self.limit is None:
             return False
+        if not wrote:
+            self.used += tokens
+            return self.used >= self.limit
         self.held += tokens
         if any(isinstance(p, TextPiece | ReasoningPiece | CallArguments) for p in pieces):
             self.used += self.held
@@ -515,6 +521,8 @@ class ChatService:
         repetition = sampling.repetition_penalty
         if repetition is None:
             repetition = tier.repetition_penalty
+        if repetition == 1.0:  # no penalty: as none (the greedy fast paths stay open)
+            repetition = None
         if sampling.top_p == 0.0:  # nothing survives nucleus filtering but the top token
             temperature = 0.0
         return replace(
@@ -694,7 +702,8 @@ class ChatService:
                 pieces = [p for p in pieces if not isinstance(p, TextPiece) or p.text]
                 if pieces or event.logprobs:
                     yield ReplyStep(pieces, event.logprobs)
-                if budget.spent(pieces, len(event.token_ids) or 1) and run.finished is None:
+                spent = budget.spent(pieces, len(event.token_ids) or 1, bool(event.text))
+                if spent and run.finished is None:
                     # The client's max_tokens is used up (a call's wrapper aside): the reply
                     # ends here, as the backend would have ended it without the room.
                     run.finished = Finished(

@@ -5,6 +5,8 @@ where lookup drafting verifies many tokens in one pass (a loop is what it drafts
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
@@ -14,7 +16,7 @@ from gateway.config import default_cache_dir
 from gateway.engines.device import choose_compute_path
 from gateway.engines.mlx_runner import MLXRunner
 from gateway.modelstore.store import DEFAULT_MODEL_ID, ModelStore
-from gateway.seam.backend import SamplingParams, TokenEvent
+from gateway.seam.backend import Finished, SamplingParams, TokenEvent
 
 LOOP = "Repeat after me: " + "\U0001f680" * 20
 TOKENS = 48
@@ -57,6 +59,25 @@ def reference(runner: MLXRunner, prompt: list[int], penalty: float) -> list[int]
 def test_a_penalized_loop_writes_what_mlx_lms_processor_writes(runner: MLXRunner) -> None:
     prompt = runner.render_chat([{"role": "user", "content": LOOP}])
     plain = generated(runner, prompt, SamplingParams(max_tokens=TOKENS, temperature=0.0))
-    penalized = generated(runner, prompt, PENALIZED)
+    events = list(runner.generate(prompt, PENALIZED))
+    penalized = [t for e in events if isinstance(e, TokenEvent) for t in e.token_ids]
     assert penalized == reference(runner, prompt, 1.3)
     assert penalized != plain  # the penalty changed the reply: the comparison means something
+    finished = events[-1]
+    assert isinstance(finished, Finished)
+    if runner.speculation == "lookup":  # verifying passes saw the penalty too
+        assert finished.drafted is not None and finished.drafted.accepted > 0
+
+
+@pytest.mark.parametrize("done", [5, 20])
+def test_a_resumed_generation_keeps_the_penalty_over_what_came_before(
+    runner: MLXRunner, done: int
+) -> None:
+    """Tokens generated elsewhere (a served speculation, a failed-over peer) end the prompt
+    of the generation that goes on: its penalty counts them as the completion's."""
+    prompt = runner.render_chat([{"role": "user", "content": LOOP}])
+    whole = generated(runner, prompt, PENALIZED)
+    rest = runner.generate(
+        prompt + whole[:done], replace(PENALIZED, max_tokens=TOKENS - done), resumed=done
+    )
+    assert [t for e in rest if isinstance(e, TokenEvent) for t in e.token_ids] == whole[done:]

@@ -148,11 +148,13 @@ ROCKET = ("", "", "\U0001f680")
 
 async def test_tokens_of_one_character_count_against_max_tokens_beside_tools() -> None:
     # Counted by the text they wrote, 3 rockets would pass as 3 tokens.
-    chat, _, _ = make(FakeBackend(answer=ROCKET * 4, structured_output=True))
-    prepared = await chat.prepare(request(tools=[WEATHER_TOOL], max_tokens=6))
-    completion = await chat.complete(await chat.start(prepared))
-    assert completion.choices[0].message.content == "\U0001f680" * 2
-    assert completion.choices[0].finish_reason == "length"
+    for limit, rockets in ((6, 2), (7, 2), (8, 2), (9, 3)):
+        chat, _, _ = make(FakeBackend(answer=ROCKET * 4, structured_output=True))
+        prepared = await chat.prepare(request(tools=[WEATHER_TOOL], max_tokens=limit))
+        completion = await chat.complete(await chat.start(prepared))
+        # Never past the limit: a rocket cut short is not written.
+        assert completion.choices[0].message.content == "\U0001f680" * rockets, limit
+        assert completion.choices[0].finish_reason == "length"
 
 
 async def test_text_beside_offered_tools_keeps_the_client_s_max_tokens() -> None:
