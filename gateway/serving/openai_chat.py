@@ -292,8 +292,8 @@ def chat_ticket(
 ) -> TicketSpec | None:
     """The chat as a ticket for a peer (the ``chat`` task type), when it can be one: plain
     text messages and the sampling a ticket carries (``params``, as checked against the
-    context); tools, response formats, logprobs, penalties and logit bias keep it on this
-    node."""
+    context); tools, response formats, logprobs, presence and frequency penalties and logit
+    bias keep it on this node (a repetition penalty travels)."""
     plain = all(
         m.role in ("system", "developer", "user", "assistant") and not m.tool_calls
         for m in request.messages
@@ -304,7 +304,6 @@ def chat_ticket(
         request.logprobs,
         request.presence_penalty,
         request.frequency_penalty,
-        request.repetition_penalty,
         request.logit_bias,
         request.reasoning_effort,
         request.thinking_token_budget is not None,
@@ -320,6 +319,9 @@ def chat_ticket(
         args["seed"] = str(params.seed)
     if params.stop:
         args["stop"] = json.dumps(list(params.stop), ensure_ascii=False)
+    # Resolved here (the request's, else this tier's; 1.0: none), so that the peer draws as
+    # this node would and a failover goes on alike, whatever the peer's tier sets.
+    args["repetition_penalty"] = repr(params.repetition_penalty or 1.0)
     return TicketSpec(CHAT_TASK, args)
 
 

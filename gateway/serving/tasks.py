@@ -139,7 +139,8 @@ class TaskService:
 
 def sampling_arguments(args: dict[str, str], sampling: SamplingParams) -> SamplingParams:
     """``sampling`` with the values of the sampling arguments given (422 when malformed):
-    ``max_tokens``, ``temperature``, ``top_p``, ``seed`` and ``stop``, where a task type
+    ``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop`` and
+    ``repetition_penalty``, where a task type
     declares them (the chat task does, so that a chat ticket carries the client's sampling
     as text)."""
     max_tokens = _argument(args, "max_tokens", int)
@@ -147,10 +148,12 @@ def sampling_arguments(args: dict[str, str], sampling: SamplingParams) -> Sampli
     top_p = _argument(args, "top_p", _finite)
     seed = _argument(args, "seed", int)
     stop = _argument(args, "stop", _stops)
+    repetition = _argument(args, "repetition_penalty", _finite)
     _check_range("max_tokens", max_tokens, 1, None)
     _check_range("temperature", temperature, 0.0, 2.0)
     _check_range("top_p", top_p, 0.0, 1.0)
-    if all(value is None for value in (max_tokens, temperature, top_p, seed, stop)):
+    _check_range("repetition_penalty", repetition, 1e-6, 2.0)
+    if all(value is None for value in (max_tokens, temperature, top_p, seed, stop, repetition)):
         return sampling
     return replace(
         sampling,
@@ -159,6 +162,7 @@ def sampling_arguments(args: dict[str, str], sampling: SamplingParams) -> Sampli
         top_p=sampling.top_p if top_p is None else top_p,
         seed=sampling.seed if seed is None else seed,
         stop=sampling.stop if stop is None else stop,
+        repetition_penalty=sampling.repetition_penalty if repetition is None else repetition,
     )
 
 

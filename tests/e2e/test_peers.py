@@ -141,8 +141,17 @@ def test_a_busy_node_hands_requests_to_a_peer(nodes: Nodes, alone: str) -> None:
         .headers
     )
     peers = {nodes.b.base_url, nodes.c.base_url}
+    # A repetition penalty travels in the ticket (the peers' tiers set none).
+    penalty = {"extra_body": {"repetition_penalty": 1.3}}
+    penalized = greedy(nodes.a, **penalty)
+    assert penalized != alone
     with Busy(nodes.a):
         client = nodes.a.openai(timeout=300)
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=QUESTION, max_tokens=40, temperature=0, **penalty
+        )
+        assert raw.headers["x-gateway-peer"] in peers
+        assert raw.parse().choices[0].message.content == penalized
         raw = client.chat.completions.with_raw_response.create(
             model=MODEL, messages=QUESTION, max_tokens=40, temperature=0
         )

@@ -158,8 +158,10 @@ BASE = SamplingParams(max_tokens=100, temperature=0.0, top_p=1.0)
 
 def test_sampling_arguments_set_the_task_s_sampling() -> None:
     args = {"max_tokens": "7", "seed": "3", "top_p": "0.5", "stop": '["\\n", "END"]'}
+    args["repetition_penalty"] = "1.1"
     sampling = sampling_arguments({**args, "unrelated": "x"}, BASE)
     assert (sampling.max_tokens, sampling.seed, sampling.top_p) == (7, 3, 0.5)
+    assert sampling.repetition_penalty == 1.1
     assert sampling.stop == ("\n", "END") and sampling.temperature == 0.0
     assert sampling_arguments({}, BASE) is BASE
 
@@ -173,6 +175,8 @@ def test_sampling_arguments_set_the_task_s_sampling() -> None:
         ("temperature", "2.5"),
         ("top_p", "-0.1"),
         ("seed", "1.5"),
+        ("repetition_penalty", "0"),
+        ("repetition_penalty", "inf"),
         ("stop", '"END"'),
         ("stop", "[1]"),
         ("stop", json.dumps(["s"] * (MAX_STOP_SEQUENCES + 1))),
