@@ -15,6 +15,7 @@ from gateway.protocol.openai import (
     MAX_STOP_SEQUENCES,
     TOKEN_ID,
     LogitBias,
+    RepetitionPenalty,
     StreamOptions,
     StrictModel,
     Usage,
@@ -56,13 +57,7 @@ class CompletionRequest(StrictModel):
     stop: str | Annotated[list[str], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    repetition_penalty: float | None = Field(
-        None,
-        gt=0.0,
-        le=2.0,
-        description="(extension, as vLLM and mlx_lm.server) Divides the logit of each token "
-        "among the completion's last 64 (above 1: repeats less); default: the tier's.",
-    )
+    repetition_penalty: RepetitionPenalty = None
     logit_bias: LogitBias | None = None
     seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
     user: str | None = None

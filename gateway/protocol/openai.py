@@ -57,6 +57,16 @@ LogitBias = dict[
     Annotated[str, Field(pattern=r"^[0-9]{1,9}$")], Annotated[float, Field(ge=-100, le=100)]
 ]
 FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+# vLLM's and mlx_lm.server's extension, on chat and legacy completions alike.
+RepetitionPenalty = Annotated[
+    float | None,
+    Field(
+        gt=0.0,
+        le=2.0,
+        description="(extension, as vLLM and mlx_lm.server) Divides the logit of each token "
+        "among the completion's last 64 (above 1: repeats less); default: the tier's.",
+    ),
+]
 
 
 class StrictModel(BaseModel):
@@ -244,13 +254,7 @@ class ChatCompletionRequest(StrictModel):
     n: int | None = Field(None, ge=1, le=1, description="Only n=1 is supported.")
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    repetition_penalty: float | None = Field(
-        None,
-        gt=0.0,
-        le=2.0,
-        description="(extension, as vLLM and mlx_lm.server) Divides the logit of each token "
-        "among the completion's last 64 (above 1: repeats less); default: the tier's.",
-    )
+    repetition_penalty: RepetitionPenalty = None
     logit_bias: LogitBias | None = Field(
         None, description="Token id (as a string) to a bias from -100 to 100."
     )

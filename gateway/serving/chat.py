@@ -518,18 +518,13 @@ class ChatService:
                 f"logit_bias names a token id beyond the vocabulary ({vocab})", param="logit_bias"
             )
         temperature = sampling.temperature
-        repetition = sampling.repetition_penalty
-        if repetition is None:
-            repetition = tier.repetition_penalty
-        if repetition == 1.0:  # no penalty: as none (the greedy fast paths stay open)
-            repetition = None
         if sampling.top_p == 0.0:  # nothing survives nucleus filtering but the top token
             temperature = 0.0
         return replace(
             sampling,
             max_tokens=max_tokens,
             temperature=temperature,
-            repetition_penalty=repetition,
+            repetition_penalty=tier.repetition_penalty_for(sampling.repetition_penalty),
         )
 
     # -- running -------------------------------------------------------------------------------

@@ -163,7 +163,7 @@ class HintService:
                 top_p=1.0 if request.top_p is None else request.top_p,
                 seed=request.seed,
                 # What the request will be given where it sets none, as its draws are.
-                repetition_penalty=tier.repetition_penalty,
+                repetition_penalty=tier.repetition_penalty_for(None),
             )
             if hint.sampling.temperature == 0 or request.seed is not None:  # reproducible
                 hint.answer_to = (*messages, {"role": "user", "content": request.draft})

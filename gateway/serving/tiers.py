@@ -30,6 +30,12 @@ class Tier:
             return requested
         return self.temperature if self.temperature is not None else wire_default
 
+    def repetition_penalty_for(self, requested: float | None) -> float | None:
+        """A request's repetition penalty: its own, else this tier's; 1.0 penalizes nothing
+        and is none (the greedy fast paths, and a hint's speculation, stay open)."""
+        penalty = requested if requested is not None else self.repetition_penalty
+        return None if penalty == 1.0 else penalty
+
 
 class TierRegistry:
     """Resolves a client's model name to its tier: a tier name, an alias or a model id."""

@@ -137,8 +137,7 @@ def make_tier(name: str, backend: Backend, settings: TierSettings) -> Tier:
         description,
         base_model,
         settings.temperature,
-        # 1.0 penalizes nothing: as none (a hint's speculation then serves a request).
-        settings.repetition_penalty if settings.repetition_penalty != 1.0 else None,
+        settings.repetition_penalty,
     )
 
 

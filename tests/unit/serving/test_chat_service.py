@@ -165,3 +165,12 @@ async def test_text_beside_offered_tools_keeps_the_client_s_max_tokens() -> None
     assert completion.choices[0].finish_reason == "length"
     assert completion.usage.completion_tokens == 2
     assert counted(metrics, "ok") == 1
+
+
+def test_a_request_s_repetition_penalty_else_its_tier_s_and_one_is_none() -> None:
+    penalized = Tier("t", FakeBackend(), 0, repetition_penalty=1.1)
+    assert penalized.repetition_penalty_for(None) == 1.1
+    assert penalized.repetition_penalty_for(1.3) == 1.3
+    assert penalized.repetition_penalty_for(1.0) is None  # a request's "off" wins
+    assert Tier("t", FakeBackend(), 0).repetition_penalty_for(None) is None
+    assert Tier("t", FakeBackend(), 0, repetition_penalty=1.0).repetition_penalty_for(None) is None
